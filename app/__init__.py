@@ -1,0 +1,1 @@
+"""agent-runtime: a multi-tenant LLM agent runtime on Postgres."""

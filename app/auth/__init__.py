@@ -1,0 +1,1 @@
+"""Authentication: Supabase-style HS256 JWTs and the principal they identify."""

@@ -1,0 +1,1 @@
+"""Database access: engine, tenant-scoped transactions, ORM tables, migrations, embedded Postgres."""

@@ -1,0 +1,243 @@
+"""ORM mappings of the tables created by the migrations (the migrations are the source of truth).
+
+`tests/integration/test_migrations.py` checks that these mappings and the migrated schema agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Computed,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Integer,
+    LargeBinary,
+    Text,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base for all tables."""
+
+
+def _pk_uuid() -> Mapped[uuid.UUID]:
+    return mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=func.gen_random_uuid()
+    )
+
+
+def _now() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Agent(Base):
+    """An agent configuration of a tenant (model, prompt, limits)."""
+
+    __tablename__ = "agents"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(Text, server_default="offline")
+    system_prompt: Mapped[str] = mapped_column(Text, server_default="")
+    max_turns: Mapped[int] = mapped_column(Integer, server_default="8")
+    is_default: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    owner_user_id: Mapped[str | None] = mapped_column(Text)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class AgentSession(Base):
+    """A chat session: one lane of the run queue, one transcript, one workspace."""
+
+    __tablename__ = "agent_sessions"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_key: Mapped[str] = mapped_column(Text)
+    agent_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agents.id"))
+    user_id: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
+    message_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Run(Base):
+    """A queued/running/finished agent run (a row of the lane queue)."""
+
+    __tablename__ = "agent_run_queue"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    agent_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agents.id"))
+    user_id: Mapped[str] = mapped_column(Text)
+    queue_seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True))
+    status: Mapped[str] = mapped_column(Text, server_default="queued")
+    input: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_owner: Mapped[str | None] = mapped_column(Text)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    input_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_event_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    state: Mapped[str | None] = mapped_column(Text)
+
+
+class SessionMessage(Base):
+    """One transcript entry: a user/assistant message or a tool result (payload is JSONB)."""
+
+    __tablename__ = "session_messages"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    token_count: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _now()
+
+
+class RunEvent(Base):
+    """A stored stream event; `seq` is the SSE id, strictly increasing per run from 1."""
+
+    __tablename__ = "run_events"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now()
+
+
+class ToolExecution(Base):
+    """One tool call of a run: arguments, outcome, timings, worker."""
+
+    __tablename__ = "tool_executions"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    tool_call_id: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(Text)
+    result: Mapped[Any | None] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    worker_id: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, server_default="1")
+    approval_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    started_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AgentToolPolicy(Base):
+    """Tool policy of a tenant (agent_id NULL) or of one agent."""
+
+    __tablename__ = "agent_tool_policies"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agents.id"))
+    profile: Mapped[str] = mapped_column(Text, server_default="coding")
+    allow: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    deny: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    require_approval: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    max_calls_per_turn: Mapped[int | None] = mapped_column(Integer)
+    max_calls_per_run: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class MemoryEntry(Base):
+    """A long-term memory: markdown content, embedding (any dimension) and full-text vector."""
+
+    __tablename__ = "agent_memory_entries"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agents.id"))
+    session_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_sessions.id"))
+    content: Mapped[str] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    importance: Mapped[float] = mapped_column(Float(precision=24), server_default="0.5")
+    document_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    chunk_index: Mapped[int | None] = mapped_column(Integer)
+    embedding: Mapped[Any | None] = mapped_column(Vector())
+    embedder: Mapped[str | None] = mapped_column(Text)
+    embedding_dim: Mapped[int | None] = mapped_column(Integer)
+    content_tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)
+    )
+    access_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_accessed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class SubagentSpawn(Base):
+    """A child run spawned by a parent run."""
+
+    __tablename__ = "subagent_spawns"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    parent_run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    parent_session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    child_session_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_sessions.id"))
+    child_run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agents.id"))
+    task: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ContextSnapshot(Base):
+    """A compaction summary covering a range of a session's transcript."""
+
+    __tablename__ = "agent_context_snapshots"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    summary: Mapped[str] = mapped_column(Text)
+    first_message_seq: Mapped[int] = mapped_column(Integer)
+    last_message_seq: Mapped[int] = mapped_column(Integer)
+    tokens_before: Mapped[int] = mapped_column(Integer)
+    tokens_after: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+
+
+class WorkspaceFile(Base):
+    """A file of a session's durable workspace."""
+
+    __tablename__ = "workspace_files"
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"), primary_key=True)
+    path: Mapped[str] = mapped_column(Text, primary_key=True)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()

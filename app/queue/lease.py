@@ -1,0 +1,270 @@
+"""Fenced writes of a claimed run: every transaction first proves the lease is still ours.
+
+A worker that stalls past its lease (GC pause, frozen VM, network partition) may wake up after
+another worker took the run over. Each write here starts with `fence_and_allocate`, which
+matches (run, lease owner, attempt): a stale worker's write matches nothing and raises
+`LeaseLostError` instead of interleaving with the new owner's transcript.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.engine import Database
+from app.db.models import AgentSession, Run, SessionMessage, ToolExecution
+from app.queue.events import EventSpec, insert_events
+from app.queue.manager import ClaimedRun
+from app.queue.sql import query
+from app.runtime import events as ev
+from app.runtime.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    dump_message,
+    load_message,
+    role_of,
+)
+
+Message = UserMessage | AssistantMessage | ToolResult
+
+
+class LeaseLostError(RuntimeError):
+    """This worker no longer holds the run (lease expired and taken over, or run finished)."""
+
+
+@dataclass(slots=True)
+class FencedWrite:
+    """An open fenced transaction: the session and whether a cancel was requested."""
+
+    session: AsyncSession
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A transcript row: its per-session sequence number and parsed message."""
+
+    seq: int
+    run_id: UUID | None
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAttempt:
+    """What the store knew about a tool call before this attempt started."""
+
+    previous_status: str | None  # None: never started before
+
+    @property
+    def interrupted(self) -> bool:
+        """A previous attempt started the call and died before recording its outcome."""
+        return self.previous_status == "started"
+
+
+class LeasedRun:
+    """Data access for one claimed run, on behalf of its tenant, fenced by its lease."""
+
+    def __init__(self, db: Database, claimed: ClaimedRun, worker_id: str) -> None:
+        self.db = db
+        self.run = claimed
+        self.worker_id = worker_id
+
+    @asynccontextmanager
+    async def write(self, events: Sequence[EventSpec] = ()) -> AsyncIterator[FencedWrite]:
+        """A fenced tenant transaction; `events` are appended in it, after the body succeeds."""
+        async with self.db.tenant(self.run.principal) as s:
+            row = (
+                await s.execute(
+                    query("fence_and_allocate"),
+                    {
+                        "run_id": self.run.id,
+                        "worker_id": self.worker_id,
+                        "attempt": self.run.attempt,
+                        "n": len(events),
+                    },
+                )
+            ).one_or_none()
+            if row is None:
+                raise LeaseLostError(f"lease on run {self.run.id} lost")
+            yield FencedWrite(session=s, cancel_requested=row.cancel_requested)
+            await insert_events(
+                s,
+                run_id=self.run.id,
+                tenant_id=self.run.tenant_id,
+                last_seq=row.last_event_seq,
+                events=events,
+            )
+
+    async def emit(self, type_: str, data: dict[str, Any] | None = None) -> bool:
+        """Store one event; returns whether a cancel has been requested."""
+        async with self.write([(type_, data or {})]) as w:
+            return w.cancel_requested
+
+    async def set_state(self, state: str | None) -> None:
+        """Record the loop's current state (shown in /status)."""
+        async with self.write() as w:
+            await w.session.execute(update(Run).where(Run.id == self.run.id).values(state=state))
+
+    async def load_transcript(self) -> list[StoredMessage]:
+        """The session's whole transcript, in order."""
+        async with self.db.tenant(self.run.principal) as s:
+            rows = await s.execute(
+                select(SessionMessage.seq, SessionMessage.run_id, SessionMessage.payload)
+                .where(SessionMessage.session_id == self.run.session_id)
+                .order_by(SessionMessage.seq)
+            )
+            return [StoredMessage(r.seq, r.run_id, load_message(r.payload)) for r in rows]
+
+    async def append(
+        self, messages: Sequence[Message], events: Sequence[EventSpec] = ()
+    ) -> list[int]:
+        """Append transcript rows (and events) in one fenced transaction; returns their seqs."""
+        async with self.write(events) as w:
+            return await self._insert_messages(w.session, messages)
+
+    async def _insert_messages(self, s: AsyncSession, messages: Sequence[Message]) -> list[int]:
+        if not messages:
+            return []
+        last = await s.scalar(
+            update(AgentSession)
+            .where(AgentSession.id == self.run.session_id)
+            .values(message_count=AgentSession.message_count + len(messages))
+            .returning(AgentSession.message_count)
+        )
+        assert last is not None
+        first = last - len(messages) + 1
+        await s.execute(
+            insert(SessionMessage),
+            [
+                {
+                    "tenant_id": self.run.tenant_id,
+                    "session_id": self.run.session_id,
+                    "run_id": self.run.id,
+                    "seq": first + i,
+                    "role": role_of(m),
+                    "payload": dump_message(m),
+                }
+                for i, m in enumerate(messages)
+            ],
+        )
+        return list(range(first, last + 1))
+
+    async def add_usage(
+        self, input_tokens: int, output_tokens: int, events: Sequence[EventSpec] = ()
+    ) -> None:
+        """Add a model call's token usage to the run."""
+        async with self.write(events) as w:
+            await w.session.execute(
+                update(Run)
+                .where(Run.id == self.run.id)
+                .values(
+                    input_tokens=Run.input_tokens + input_tokens,
+                    output_tokens=Run.output_tokens + output_tokens,
+                )
+            )
+
+    async def tool_started(self, call: ToolCall) -> ToolAttempt:
+        """Record that `call` is about to execute and emit `tool.started`."""
+        async with self.write(
+            [(ev.TOOL_STARTED, {"toolCallId": call.id, "name": call.name, "args": call.args})]
+        ) as w:
+            previous = await w.session.scalar(
+                select(ToolExecution.status).where(
+                    ToolExecution.run_id == self.run.id, ToolExecution.tool_call_id == call.id
+                )
+            )
+            await w.session.execute(
+                insert(ToolExecution)
+                .values(
+                    tenant_id=self.run.tenant_id,
+                    run_id=self.run.id,
+                    session_id=self.run.session_id,
+                    tool_call_id=call.id,
+                    name=call.name,
+                    args=call.args,
+                    status="started",
+                    worker_id=self.worker_id,
+                )
+                .on_conflict_do_update(
+                    constraint="tool_executions_run_call_key",
+                    set_={
+                        "status": "started",
+                        "worker_id": self.worker_id,
+                        "attempt": ToolExecution.attempt + 1,
+                        "started_at": func.now(),
+                        "finished_at": None,
+                    },
+                )
+            )
+            return ToolAttempt(previous_status=previous)
+
+    async def tool_finished(self, result: ToolResult, *, interrupted: bool = False) -> None:
+        """Store the tool's result row, its execution outcome and its event, atomically."""
+        if result.ok:
+            event: EventSpec = (
+                ev.TOOL_COMPLETED,
+                {"toolCallId": result.tool_call_id, "name": result.name, "result": result.result},
+            )
+        else:
+            event = (
+                ev.TOOL_FAILED,
+                {"toolCallId": result.tool_call_id, "name": result.name, "error": result.error},
+            )
+        if interrupted:
+            status = "interrupted"
+        else:
+            status = "completed" if result.ok else "failed"
+        async with self.write([event]) as w:
+            await self._insert_messages(w.session, [result])
+            await w.session.execute(
+                update(ToolExecution)
+                .where(
+                    ToolExecution.run_id == self.run.id,
+                    ToolExecution.tool_call_id == result.tool_call_id,
+                )
+                .values(
+                    status=status,
+                    result=result.result if result.ok else None,
+                    error=None if result.ok else {"message": result.error},
+                    finished_at=func.now(),
+                )
+            )
+
+    async def finish(
+        self,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """End the run (completed/failed/cancelled) with its terminal event, atomically."""
+        if status == "completed":
+            event: EventSpec = (ev.RUN_COMPLETED, {"result": result})
+        elif status == "failed":
+            event = (ev.RUN_FAILED, {"error": error})
+        else:
+            event = (ev.RUN_CANCELLED, {"reason": (error or {}).get("message", "cancelled")})
+        async with self.write([event]) as w:
+            finished = await w.session.scalar(
+                query("finish_run"),
+                {
+                    "run_id": self.run.id,
+                    "worker_id": self.worker_id,
+                    "attempt": self.run.attempt,
+                    "status": status,
+                    "result": None if result is None else json.dumps(result),
+                    "error": None if error is None else json.dumps(error),
+                },
+            )
+            if finished is None:
+                raise LeaseLostError(f"lease on run {self.run.id} lost")

@@ -1,0 +1,259 @@
+"""The run queue's lifecycle verbs: enqueue, claim, renew, recover, release, cancel.
+
+API-side verbs run under RLS as the caller's tenant; the worker-side cross-tenant verbs
+(`claim_next`, `renew_leases`, `recover_expired`, `release`) run as `agent_runtime_worker`.
+Writes made *while running* a claimed run go through `app.queue.lease.LeasedRun` (fenced).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.principal import Principal
+from app.db.engine import Database
+from app.db.models import Agent, AgentSession, Run
+from app.queue.events import EventSpec, insert_events
+from app.queue.sql import query
+from app.runtime import events as ev
+from app.runtime.agents import default_agent, get_agent
+
+
+class NotFoundError(LookupError):
+    """The referenced object does not exist for this tenant (rendered as 404)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class ConflictError(RuntimeError):
+    """The request is valid but conflicts with the object's state (rendered as 409)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedRun:
+    """What `POST /api/agent-runtime` returns."""
+
+    run_id: UUID
+    session_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A run a worker has just claimed (and holds the lease of)."""
+
+    id: UUID
+    tenant_id: str
+    user_id: str
+    session_id: UUID
+    agent_id: UUID
+    attempt: int
+    input: dict[str, Any]
+    cancel_requested: bool
+
+    @property
+    def principal(self) -> Principal:
+        """The run's user, for tenant-scoped transactions made on its behalf."""
+        return Principal(user_id=self.user_id, tenant_id=self.tenant_id)
+
+
+def new_session_key() -> str:
+    """A fresh, unguessable session key."""
+    return f"s_{secrets.token_urlsafe(16)}"
+
+
+async def emit_unleased(
+    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[EventSpec]
+) -> None:
+    """Append events to a run that no worker holds (API side: queued, cancelled)."""
+    row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
+    await insert_events(
+        session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
+    )
+
+
+class RunQueue:
+    """Lifecycle verbs of the lane queue over one `Database`."""
+
+    def __init__(self, db: Database, *, default_model: str = "offline", max_turns: int = 8) -> None:
+        self.db = db
+        self.default_model = default_model
+        self.max_turns = max_turns
+
+    # ------------------------------------------------------------------ API side (RLS)
+
+    async def enqueue_run(
+        self,
+        principal: Principal,
+        *,
+        message: str,
+        session_key: str | None = None,
+        agent_id: UUID | None = None,
+    ) -> EnqueuedRun:
+        """Queue a run of `message` in the session's lane (creating the session if new)."""
+        async with self.db.tenant(principal) as s:
+            if agent_id is not None:
+                agent = await get_agent(s, agent_id)
+                if agent is None:
+                    raise NotFoundError("agentId", f"agent {agent_id} not found")
+            else:
+                agent = None
+            key = session_key or new_session_key()
+            agent_session = await self._get_or_create_session(s, principal, key, agent)
+            run_agent = agent.id if agent is not None else agent_session.agent_id
+            run_id = await s.scalar(
+                insert(Run)
+                .values(
+                    tenant_id=principal.tenant_id,
+                    session_id=agent_session.id,
+                    agent_id=run_agent,
+                    user_id=principal.user_id,
+                    input={"message": message},
+                )
+                .returning(Run.id)
+            )
+            assert run_id is not None
+            await emit_unleased(
+                s,
+                run_id,
+                principal.tenant_id,
+                [(ev.RUN_QUEUED, {"sessionKey": key, "status": "queued"})],
+            )
+        return EnqueuedRun(run_id=run_id, session_key=key)
+
+    async def _get_or_create_session(
+        self, s: AsyncSession, principal: Principal, key: str, agent: Agent | None
+    ) -> AgentSession:
+        existing = await s.scalar(
+            select(AgentSession).where(
+                AgentSession.tenant_id == principal.tenant_id, AgentSession.session_key == key
+            )
+        )
+        if existing is not None:
+            await s.execute(
+                update(AgentSession)
+                .where(AgentSession.id == existing.id)
+                .values(last_run_at=func.now(), updated_at=func.now())
+            )
+            return existing
+        if agent is None:
+            agent = await default_agent(
+                s, principal, model=self.default_model, max_turns=self.max_turns
+            )
+        created: AgentSession | None = await s.scalar(
+            insert(AgentSession)
+            .values(
+                tenant_id=principal.tenant_id,
+                session_key=key,
+                agent_id=agent.id,
+                user_id=principal.user_id,
+                last_run_at=func.now(),
+            )
+            .on_conflict_do_update(
+                constraint="agent_sessions_tenant_key_key",
+                set_={"last_run_at": func.now(), "updated_at": func.now()},
+            )
+            .returning(AgentSession)
+        )
+        assert created is not None
+        return created
+
+    async def get_run(self, principal: Principal, run_id: UUID) -> tuple[Run, str] | None:
+        """The run and its session key, if it belongs to the principal's tenant."""
+        async with self.db.tenant(principal) as s:
+            row = (
+                await s.execute(
+                    select(Run, AgentSession.session_key)
+                    .join(AgentSession, AgentSession.id == Run.session_id)
+                    .where(Run.id == run_id)
+                )
+            ).one_or_none()
+        return None if row is None else (row[0], row[1])
+
+    async def cancel(self, principal: Principal, run_id: UUID) -> str:
+        """Cancel a run; returns its status afterwards (`cancelled`, or `running` while stopping).
+
+        Raises NotFoundError for another tenant's or an unknown run, ConflictError when it has
+        already finished some other way.
+        """
+        async with self.db.tenant(principal) as s:
+            if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
+                await emit_unleased(
+                    s, run_id, principal.tenant_id, [(ev.RUN_CANCELLED, {"reason": "cancelled"})]
+                )
+                return "cancelled"
+            if await s.scalar(query("request_cancel_running"), {"run_id": run_id}) is not None:
+                return "running"
+            status = await s.scalar(select(Run.status).where(Run.id == run_id))
+        if status is None:
+            raise NotFoundError("runId", f"run {run_id} not found")
+        if status == "cancelled":
+            return "cancelled"
+        raise ConflictError(f"run already {status}")
+
+    # ------------------------------------------------------------------ worker side
+
+    async def claim_next(self, worker_id: str, lease_seconds: float) -> ClaimedRun | None:
+        """Claim the oldest claimable run, or None. A lost race on the lane index is a None."""
+        try:
+            async with self.db.queue() as s:
+                row = (
+                    await s.execute(
+                        query("claim_next"),
+                        {"worker_id": worker_id, "lease_seconds": lease_seconds},
+                    )
+                ).one_or_none()
+        except IntegrityError:
+            return None  # another worker activated this lane first; the index said no
+        if row is None:
+            return None
+        return ClaimedRun(
+            id=row.id,
+            tenant_id=row.tenant_id,
+            user_id=row.user_id,
+            session_id=row.session_id,
+            agent_id=row.agent_id,
+            attempt=row.attempts,
+            input=row.input,
+            cancel_requested=row.cancel_requested,
+        )
+
+    async def renew_leases(
+        self, worker_id: str, run_ids: list[UUID], lease_seconds: float
+    ) -> dict[UUID, bool]:
+        """Extend this worker's leases; returns {run id still held: cancel requested}."""
+        if not run_ids:
+            return {}
+        async with self.db.queue() as s:
+            rows = await s.execute(
+                query("renew_leases"),
+                {"worker_id": worker_id, "run_ids": run_ids, "lease_seconds": lease_seconds},
+            )
+            return {r.id: r.cancel_requested for r in rows}
+
+    async def recover_expired(self) -> list[UUID]:
+        """Put runs with expired leases back at the head of their lanes."""
+        async with self.db.queue() as s:
+            return list(await s.scalars(query("recover_expired")))
+
+    async def release(self, worker_id: str, run_ids: list[UUID]) -> list[UUID]:
+        """Hand runs back to the queue (graceful shutdown)."""
+        if not run_ids:
+            return []
+        async with self.db.queue() as s:
+            return list(
+                await s.scalars(query("release_runs"), {"worker_id": worker_id, "run_ids": run_ids})
+            )

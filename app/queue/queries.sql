@@ -1,0 +1,92 @@
+-- The run queue's SQL, one named statement per verb (loaded by app/queue/sql.py).
+-- Statements run as agent_runtime_worker (cross-tenant: claim_next, renew_leases,
+-- recover_expired, release_runs) or as agent_runtime_app under RLS (everything else).
+
+-- name: claim_next
+-- Take the oldest claimable run: queued, first in its session's lane, lane not busy.
+-- SKIP LOCKED lets workers claim in parallel; the partial unique index
+-- agent_run_queue_one_active_per_session guarantees one active run per session regardless.
+WITH candidate AS (
+  SELECT q.id
+  FROM agent_run_queue q
+  WHERE q.status = 'queued'
+    AND NOT EXISTS (
+      SELECT 1 FROM agent_run_queue busy
+      WHERE busy.session_id = q.session_id AND busy.status IN ('running', 'awaiting_approval'))
+    AND NOT EXISTS (
+      SELECT 1 FROM agent_run_queue earlier
+      WHERE earlier.session_id = q.session_id AND earlier.status = 'queued'
+        AND earlier.queue_seq < q.queue_seq)
+  ORDER BY q.queue_seq
+  LIMIT 1
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE agent_run_queue r
+SET status = 'running',
+    lease_owner = :worker_id,
+    lease_expires_at = now() + make_interval(secs => :lease_seconds),
+    started_at = coalesce(r.started_at, now()),
+    attempts = r.attempts + 1
+FROM candidate
+WHERE r.id = candidate.id
+RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.input,
+          r.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: renew_leases
+-- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
+UPDATE agent_run_queue
+SET lease_expires_at = now() + make_interval(secs => :lease_seconds)
+WHERE lease_owner = :worker_id AND status = 'running' AND id = ANY(:run_ids)
+RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: recover_expired
+-- Runs whose worker stopped renewing go back to the head of their lane (their queue_seq is
+-- unchanged, so they are claimed before anything queued after them in the same session).
+UPDATE agent_run_queue
+SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL
+WHERE status = 'running' AND lease_expires_at < now()
+RETURNING id;
+
+-- name: release_runs
+-- Hand runs back (graceful shutdown): queued again, at the head of their lane.
+UPDATE agent_run_queue
+SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL
+WHERE lease_owner = :worker_id AND status = 'running' AND id = ANY(:run_ids)
+RETURNING id;
+
+-- name: fence_and_allocate
+-- Every write of a running run passes through here in its own transaction: it proves this
+-- worker still holds the lease (same owner, same attempt) and reserves :n event sequence numbers.
+UPDATE agent_run_queue
+SET last_event_seq = last_event_seq + :n
+WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+RETURNING last_event_seq, cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: allocate_seq
+-- Reserve :n event sequence numbers of a run without a lease (API-side events).
+UPDATE agent_run_queue
+SET last_event_seq = last_event_seq + :n
+WHERE id = :run_id
+RETURNING last_event_seq, status;
+
+-- name: finish_run
+UPDATE agent_run_queue
+SET status = :status, finished_at = now(),
+    result = CAST(:result AS jsonb), error = CAST(:error AS jsonb),
+    lease_owner = NULL, lease_expires_at = NULL, state = NULL
+WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+RETURNING id;
+
+-- name: cancel_idle
+-- A run no worker holds (queued, or parked awaiting approval) is cancelled on the spot.
+UPDATE agent_run_queue
+SET status = 'cancelled', finished_at = now(), cancel_requested_at = coalesce(cancel_requested_at, now()),
+    error = NULL
+WHERE id = :run_id AND status IN ('queued', 'awaiting_approval')
+RETURNING id;
+
+-- name: request_cancel_running
+UPDATE agent_run_queue
+SET cancel_requested_at = coalesce(cancel_requested_at, now())
+WHERE id = :run_id AND status = 'running'
+RETURNING id, status;

@@ -1,0 +1,39 @@
+"""Run event types: stored in `run_events`, streamed over SSE with the per-run `seq` as the id."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+RUN_QUEUED: Final = "run.queued"
+RUN_STARTED: Final = "run.started"
+RUN_RESUMED: Final = "run.resumed"
+RUN_REQUEUED: Final = "run.requeued"
+ASSISTANT_DELTA: Final = "assistant.delta"
+ASSISTANT_MESSAGE: Final = "assistant.message"
+TOOL_STARTED: Final = "tool.started"
+TOOL_COMPLETED: Final = "tool.completed"
+TOOL_FAILED: Final = "tool.failed"
+USAGE: Final = "usage"
+RUN_COMPLETED: Final = "run.completed"
+RUN_FAILED: Final = "run.failed"
+RUN_CANCELLED: Final = "run.cancelled"
+
+TERMINAL_EVENTS: Final = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
+RUN_STATUSES: Final = (
+    "queued",
+    "running",
+    "awaiting_approval",
+    "completed",
+    "failed",
+    "cancelled",
+)
+
+
+def event_envelope(
+    *, run_id: UUID, seq: int, type_: str, ts: datetime, data: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON body of an SSE event: `type`, `runId`, `seq`, `ts` plus the event's own fields."""
+    return {**data, "type": type_, "runId": str(run_id), "seq": seq, "ts": ts.isoformat()}

@@ -1,0 +1,106 @@
+"""Test fixtures: a real Postgres (embedded unless DATABASE_URL is set), one fresh database per test.
+
+The schema is migrated once into a template database; each test gets `CREATE DATABASE ... TEMPLATE`,
+which is cheap and fully isolated (the procrastinate approach).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.auth.principal import Principal
+from app.db.engine import Database
+from app.db.migrate import upgrade_to_head
+
+TEMPLATE_DB = "agent_runtime_test_template"
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def _admin_conn(url: str) -> psycopg.Connection:
+    u = make_url(url)
+    return psycopg.connect(
+        dbname=u.database or "postgres",
+        user=u.username,
+        password=u.password,
+        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
+        port=u.port,
+        autocommit=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """URL of the test Postgres server (its maintenance database)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    from app.db.embedded import EmbeddedPostgres
+
+    data_dir = Path(tempfile.mkdtemp(prefix="art-", dir="/tmp"))
+    pg = EmbeddedPostgres(data_dir)
+    started = pg.start()
+    os.environ["AGENT_RUNTIME_TEST_SERVER_URL"] = started
+    try:
+        yield started
+    finally:
+        pg.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str) -> str:
+    """A migrated template database (created once per test session)."""
+    with _admin_conn(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+    url = _with_database(server_url, TEMPLATE_DB)
+    upgrade_to_head(url)
+    return url
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    """URL of a fresh, migrated database for this test only."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with _admin_conn(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+    try:
+        yield _with_database(server_url, name)
+    finally:
+        with _admin_conn(server_url) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def database(db_url: str) -> AsyncIterator[Database]:
+    """The app's Database over this test's fresh database."""
+    db = Database(db_url, pool_size=5)
+    try:
+        yield db
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture
+def alice() -> Principal:
+    """A user of tenant `acme`."""
+    return Principal(user_id="alice", tenant_id="acme")
+
+
+@pytest.fixture
+def mallory() -> Principal:
+    """A user of another tenant, `evil`."""
+    return Principal(user_id="mallory", tenant_id="evil")
