@@ -26,7 +26,12 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=0, description="Worker processes started by `serve`.")
     worker_concurrency: int = Field(default=8, ge=1, description="Runs one worker runs at once.")
     lease_seconds: float = Field(default=15.0, gt=0, description="Run lease length.")
-    heartbeat_seconds: float = Field(default=3.0, gt=0, description="Lease renewal interval.")
+    heartbeat_seconds: float = Field(
+        default=2.0, gt=0, description="Lease renewal (and cancel/recovery check) interval."
+    )
+    shutdown_grace_seconds: float = Field(
+        default=10.0, ge=0, description="On SIGTERM, how long runs may finish before hand-back."
+    )
     poll_seconds: float = Field(default=5.0, gt=0, description="Fallback poll when NOTIFY is lost.")
     supabase_jwt_secret: str | None = Field(
         default=None, description="HS256 secret for Supabase-issued JWTs."

@@ -268,3 +268,10 @@ class LeasedRun:
             )
             if finished is None:
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
+
+    async def hand_back(self) -> None:
+        """Return the run to the head of its lane (graceful shutdown) with a `run.requeued` event."""
+        async with self.write([(ev.RUN_REQUEUED, {"attempt": self.run.attempt})]) as w:
+            await w.session.execute(
+                query("release_runs"), {"worker_id": self.worker_id, "run_ids": [self.run.id]}
+            )

@@ -1,0 +1,1 @@
+"""Worker processes: claim runs from the lane queue and execute the agent loop."""

@@ -1,0 +1,82 @@
+"""The lease heartbeat, on its own thread with its own event loop and connection.
+
+Renewing leases from the worker's main event loop would let a busy loop (a slow tool, a CPU-bound
+step, a long synchronous call) starve the heartbeat until the lease expired and another worker
+re-ran the same tool calls. Here the heartbeat has its own thread, loop and connection pool, so it
+keeps beating whatever the main loop is doing. The same thread recovers other workers' expired
+leases and reports cancel requests and lost leases back to the main loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from uuid import UUID
+
+import structlog
+
+from app.db.engine import Database
+from app.queue.manager import RunQueue
+
+log = structlog.get_logger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    """Renews this worker's leases every `interval` seconds and recovers expired ones."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        worker_id: str,
+        lease_seconds: float,
+        interval: float,
+        held_runs: Callable[[], list[UUID]],
+        on_cancel: Callable[[UUID], None],
+        on_lost: Callable[[UUID], None],
+    ) -> None:
+        super().__init__(name=f"heartbeat-{worker_id}", daemon=True)
+        self._url = database_url
+        self._worker_id = worker_id
+        self._lease_seconds = lease_seconds
+        self._interval = interval
+        self._held_runs = held_runs
+        self._on_cancel = on_cancel
+        self._on_lost = on_lost
+        self._halt = threading.Event()
+        self.beats = 0
+
+    def stop(self) -> None:
+        """Ask the thread to exit after its current beat."""
+        self._halt.set()
+
+    def run(self) -> None:
+        """Thread body: an event loop of its own running `_beat` until stopped."""
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        db = Database(self._url, pool_size=1, max_overflow=1)
+        queue = RunQueue(db)
+        try:
+            while not self._halt.is_set():
+                try:
+                    await self._beat(queue)
+                except Exception:  # a DB hiccup must not kill the heartbeat; next beat retries
+                    log.exception("heartbeat failed", worker_id=self._worker_id)
+                await asyncio.to_thread(self._halt.wait, self._interval)
+        finally:
+            await db.dispose()
+
+    async def _beat(self, queue: RunQueue) -> None:
+        held = self._held_runs()
+        renewed = await queue.renew_leases(self._worker_id, held, self._lease_seconds)
+        for run_id in held:
+            if run_id not in renewed:
+                self._on_lost(run_id)
+            elif renewed[run_id]:
+                self._on_cancel(run_id)
+        recovered = await queue.recover_expired()
+        if recovered:
+            log.warning("recovered runs with expired leases", runs=[str(r) for r in recovered])
+        self.beats += 1
