@@ -42,7 +42,7 @@ class Script:
         if kind == "sleep":
             await asyncio.sleep(float(arg))
         elif kind == "block":
-            time.sleep(float(arg))  # deliberately starve the event loop
+            time.sleep(float(arg))  # noqa: ASYNC251 -- deliberately starve the event loop
         self.spans[run.id] = (begin, time.monotonic())
         await leased.finish("completed", result={"text": message})
 
@@ -75,7 +75,11 @@ async def running_worker(
 
 
 async def wait_status(
-    database: Database, who: Principal, run_id: UUID, statuses: set[str], timeout: float = 10
+    database: Database,
+    who: Principal,
+    run_id: UUID,
+    statuses: set[str],
+    timeout: float = 10,  # noqa: ASYNC109
 ) -> str:
     deadline = time.monotonic() + timeout
     while True:
