@@ -1,0 +1,179 @@
+"""End-to-end fixtures: the real API and worker processes (`agent-runtime api|worker`) on a fresh DB."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from app.auth.jwt import mint_token
+
+SECRET = "e2e-secret-0123456789abcdef0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    """A running API process and worker processes over one database."""
+
+    base_url: str
+    env: dict[str, str]
+    log_dir: Path
+    api: subprocess.Popen[bytes] | None = None
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def token(self, user: str = "alice", tenant: str | None = None) -> str:
+        return mint_token(SECRET, user_id=user, tenant_id=tenant)
+
+    def headers(self, user: str = "alice", tenant: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(user, tenant)}"}
+
+    def start_worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        proc = _spawn(["worker"], {**self.env, **env}, self.log_dir / f"{name}.log")
+        self.workers[name] = proc
+        return proc
+
+    def post(self, message: str, user: str = "alice", **body: Any) -> dict[str, Any]:
+        r = httpx.post(
+            f"{self.base_url}/api/agent-runtime",
+            json={"message": message, **body},
+            headers=self.headers(user),
+            timeout=10,
+        )
+        assert r.status_code == 202, r.text
+        return dict(r.json())
+
+    def status(self, run_id: str, user: str = "alice") -> dict[str, Any]:
+        r = httpx.get(
+            f"{self.base_url}/api/agent-runtime/status",
+            params={"runId": run_id},
+            headers=self.headers(user),
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def wait_status(
+        self, run_id: str, statuses: set[str], timeout: float = 20, user: str = "alice"
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status(run_id, user)
+            if st["status"] in statuses:
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} stuck in {st['status']}: {st}")
+            time.sleep(0.05)
+
+    def stream(
+        self,
+        run_id: str,
+        user: str = "alice",
+        last_event_id: int | None = None,
+        timeout: float = 30,
+    ) -> list[dict[str, Any]]:
+        """Read the SSE stream to its end; returns the events' data with their `id`s checked."""
+        headers = self.headers(user)
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        events: list[dict[str, Any]] = []
+        with httpx.stream(
+            "GET",
+            f"{self.base_url}/api/agent-runtime/stream",
+            params={"runId": run_id},
+            headers=headers,
+            timeout=timeout,
+        ) as r:
+            assert r.status_code == 200
+            current: dict[str, str] = {}
+            for line in r.iter_lines():
+                if line == "":
+                    if "data" in current:
+                        data = json.loads(current["data"])
+                        assert int(current["id"]) == data["seq"]
+                        assert current["event"] == data["type"]
+                        events.append(data)
+                    current = {}
+                elif not line.startswith(":"):
+                    key, _, value = line.partition(":")
+                    current[key] = value[1:] if value.startswith(" ") else value
+        return events
+
+    def stop(self) -> None:
+        procs = [p for p in [self.api, *self.workers.values()] if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.glob("*.log")
+        )
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *args], env=env, stdout=out, stderr=subprocess.STDOUT
+    )
+
+
+@pytest.fixture
+def stack(db_url: str, tmp_path: Path) -> Iterator[Stack]:
+    """API + two workers, short leases so takeover is quick."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "SUPABASE_JWT_SECRET": SECRET,
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        "LEASE_SECONDS": "2",
+        "HEARTBEAT_SECONDS": "0.5",
+        "POLL_SECONDS": "5",
+        "SHUTDOWN_GRACE_SECONDS": "1",
+        "SSE_KEEPALIVE_SECONDS": "2",
+        "AGENT_RUNTIME_DATA_DIR": str(tmp_path / "data"),
+        "LOG_LEVEL": "INFO",
+    }
+    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
+    st.api = _spawn(["api"], env, tmp_path / "api.log")
+    st.start_worker("w1")
+    st.start_worker("w2")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"{st.base_url}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or st.api.poll() is not None:
+            st.stop()
+            raise AssertionError(f"API did not become ready\n{st.logs()}")
+        time.sleep(0.1)
+    time.sleep(0.5)  # workers' LISTEN connections up
+    try:
+        yield st
+    finally:
+        st.stop()
