@@ -1,0 +1,183 @@
+"""`offline`: a deterministic demo and test model. It is NOT intelligent and calls no network.
+
+It follows fixed rules so that demos, end-to-end tests and the agent loop's tests can script a
+whole run through the user's message alone. Directives act on the *first turn* (the model call
+whose latest message is the user message); the *second turn* (latest messages are tool results)
+summarises them:
+
+* each line `/tool NAME {json args}` becomes a tool call, in order (args optional → `{}`; args
+  that are not a JSON object → `{"_raw": "<the text>"}`, so the tool fails validation and the
+  error is fed back);
+* `/sleep MS` waits MS milliseconds (`asyncio.sleep`: cancellation interrupts it) before the
+  *answer*: on the first turn when there are no tool calls, else on the turn summarising them;
+* `/fail` makes the call fail with `ModelError("model_error", ...)`;
+* otherwise it answers `You said: <the message, verbatim>`, streamed in at least two chunks.
+
+After tool results it answers one line per result: `<tool name> ok: <result>` or
+`<tool name> failed: <error>`, the quote cut to at most 80 characters.
+
+Usage is an estimate: `ceil(characters / 4)` of the request (system prompt, transcript JSON,
+tool specs JSON) for input tokens and of the answer (text and tool-call JSON) for output tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.llm.base import (
+    Message,
+    Model,
+    ModelError,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+    ToolCallEvent,
+    Usage,
+)
+from app.runtime.messages import ToolCall, ToolResult, UserMessage, dump_message
+
+ECHO_PREFIX = "You said: "
+QUOTE_MAX = 80
+_TOOL_LINE = re.compile(r"^/tool\s+(\S+)(?:\s+(.*))?$", re.DOTALL)
+_SLEEP_LINE = re.compile(r"^/sleep\s+(\d+)$")
+_FAIL_LINE = "/fail"
+
+
+@dataclass(slots=True)
+class Directives:
+    """The directives found in a user message."""
+
+    tool_calls: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    """(name, args, the directive line) per `/tool` line, in order."""
+    sleep_ms: int = 0
+    fail: bool = False
+
+
+def parse_directives(text: str) -> Directives:
+    """Find `/tool`, `/sleep` and `/fail` lines (leading/trailing spaces ignored)."""
+    found = Directives()
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if m := _TOOL_LINE.match(line):
+            found.tool_calls.append((m.group(1), parse_args(m.group(2)), line))
+        elif m := _SLEEP_LINE.match(line):
+            found.sleep_ms += int(m.group(1))
+        elif line == _FAIL_LINE:
+            found.fail = True
+    return found
+
+
+def parse_args(raw: str | None) -> dict[str, Any]:
+    """`{json}` → the object; nothing → `{}`; anything else → `{"_raw": raw}`."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw": raw}
+    return value if isinstance(value, dict) else {"_raw": raw}
+
+
+def quote(text: str, limit: int = QUOTE_MAX) -> str:
+    """`text` on one line, cut to at most `limit` characters (with an ellipsis when cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def summary_line(result: ToolResult) -> str:
+    """`<name> ok: <result>` or `<name> failed: <error>`."""
+    if result.ok:
+        body = result.result if isinstance(result.result, str) else json.dumps(result.result)
+        return f"{result.name} ok: {quote(body)}"
+    return f"{result.name} failed: {quote(result.error or 'unknown error')}"
+
+
+def estimate_tokens(chars: int) -> int:
+    """The offline model's token estimate: a quarter of the characters, at least 1."""
+    return max(1, math.ceil(chars / 4))
+
+
+def split_chunks(text: str, parts: int = 3) -> list[str]:
+    """`text` in up to `parts` consecutive non-empty chunks (one chunk if it is short)."""
+    if not text:
+        return []
+    size = max(1, math.ceil(len(text) / parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _call_id(position: int, index: int, line: str) -> str:
+    digest = hashlib.sha256(f"{position}:{index}:{line}".encode()).hexdigest()[:12]
+    return f"call_{position}_{index}_{digest}"
+
+
+def _request_chars(request: ModelRequest) -> int:
+    messages = json.dumps([dump_message(m) for m in request.messages])
+    tools = json.dumps([[t.name, t.description, t.parameters] for t in request.tools])
+    return len(request.system_prompt) + len(messages) + len(tools)
+
+
+def _trailing_results(messages: Sequence[Message]) -> list[ToolResult]:
+    results: list[ToolResult] = []
+    for m in reversed(messages):
+        if not isinstance(m, ToolResult):
+            break
+        results.append(m)
+    return results[::-1]
+
+
+def _latest_user(messages: Sequence[Message]) -> tuple[int, UserMessage | None]:
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if isinstance(m, UserMessage):
+            return i, m
+    return -1, None
+
+
+class OfflineModel(Model):
+    """The deterministic rule-following demo model (see the module docstring)."""
+
+    def __init__(self, name: str = "offline") -> None:
+        self.name = name
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Apply the rules to the request's latest messages."""
+        input_tokens = estimate_tokens(_request_chars(request))
+        position, user = _latest_user(request.messages)
+        message = user.text if user is not None else ""
+        directives = parse_directives(message)
+        results = _trailing_results(request.messages)
+        if results:
+            if directives.sleep_ms:
+                await asyncio.sleep(directives.sleep_ms / 1000)
+            lines = [summary_line(r) for r in results]
+            text = "\n".join(lines)
+            for i, line in enumerate(lines):
+                yield TextDelta(line if i == len(lines) - 1 else line + "\n")
+            yield Usage(input_tokens, estimate_tokens(len(text)))
+            return
+
+        if directives.sleep_ms and not directives.tool_calls:
+            await asyncio.sleep(directives.sleep_ms / 1000)
+        if directives.fail:
+            raise ModelError("model_error", "the offline model failed on request (/fail)")
+        if directives.tool_calls:
+            out_chars = 0
+            for i, (name, args, line) in enumerate(directives.tool_calls):
+                call = ToolCall(id=_call_id(position, i, line), name=name, args=args)
+                out_chars += len(name) + len(json.dumps(args))
+                yield ToolCallEvent(call)
+            yield Usage(input_tokens, estimate_tokens(out_chars))
+            return
+
+        chunks = [ECHO_PREFIX, *split_chunks(message)] if message else [ECHO_PREFIX, "(nothing)"]
+        for chunk in chunks:
+            yield TextDelta(chunk)
+            await asyncio.sleep(0)  # a real stream yields to the event loop between chunks
+        yield Usage(input_tokens, estimate_tokens(sum(len(c) for c in chunks)))

@@ -1,0 +1,1 @@
+"""Tools the model may call: the `Tool` interface, the validating registry, workspace file tools."""

@@ -1,0 +1,105 @@
+"""The tool registry: what the model is offered, and validated, failure-proof execution.
+
+`execute` never raises for a tool's sake: an unknown tool, arguments that fail the tool's JSON
+schema, a `ToolError` or an unexpected exception all become a failed `ToolResult` whose error the
+model reads on its next turn. Only cancellation (`CancelledError`, a `BaseException`) and a lost
+lease propagate, because they mean this worker must stop, not that the tool failed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from jsonschema import Draft202012Validator
+
+from app.llm.base import ToolSpec
+from app.queue.lease import LeaseLostError
+from app.runtime.messages import ToolCall, ToolResult
+from app.tools.base import Tool, ToolContext, ToolError
+from app.tools.workspace_tools import workspace_tools
+
+log = structlog.get_logger(__name__)
+
+MAX_VALIDATION_ERRORS = 5
+
+
+class ToolRegistry:
+    """Tools by name, each with its compiled argument validator."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Draft202012Validator] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        """Add `tool`; its schema must be a valid Draft 2020-12 schema and its name unused."""
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        Draft202012Validator.check_schema(tool.parameters)
+        self._tools[tool.name] = tool
+        self._validators[tool.name] = Draft202012Validator(tool.parameters)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called `name`, if registered."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        """The tools as offered to the model, sorted by name."""
+        return [self._tools[n].spec() for n in self.names()]
+
+    def is_idempotent(self, name: str) -> bool:
+        """Whether the tool may be re-run after a worker died mid-call (unknown → False)."""
+        tool = self._tools.get(name)
+        return tool is not None and tool.idempotent
+
+    def validation_error(self, name: str, args: dict[str, Any]) -> str | None:
+        """Why `args` do not fit the tool's schema (None when they do)."""
+        errors = sorted(
+            self._validators[name].iter_errors(args), key=lambda e: list(e.absolute_path)
+        )
+        if not errors:
+            return None
+        parts = []
+        for err in errors[:MAX_VALIDATION_ERRORS]:
+            where = "/".join(str(p) for p in err.absolute_path)
+            parts.append(f"{where}: {err.message}" if where else err.message)
+        more = len(errors) - MAX_VALIDATION_ERRORS
+        suffix = f" (and {more} more)" if more > 0 else ""
+        return f"invalid arguments for {name}: " + "; ".join(parts) + suffix
+
+    async def execute(self, ctx: ToolContext, call: ToolCall) -> ToolResult:
+        """Validate and run `call`; every failure becomes a failed `ToolResult`."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self.names()) or "none"
+            return _failed(call, f"unknown tool {call.name!r} (available: {available})")
+        if (problem := self.validation_error(call.name, call.args)) is not None:
+            return _failed(call, problem)
+        try:
+            result = await tool.run(ctx, call.args)
+            json.dumps(result)  # must be storable as JSONB and readable by the model
+        except ToolError as exc:
+            return _failed(call, exc.message)
+        except LeaseLostError:
+            raise
+        except Exception as exc:
+            log.exception("tool crashed", tool=call.name, tool_call_id=call.id)
+            return _failed(call, f"internal tool error: {type(exc).__name__}")
+        return ToolResult(tool_call_id=call.id, name=call.name, ok=True, result=result)
+
+
+def _failed(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=message)
+
+
+def default_tool_registry() -> ToolRegistry:
+    """The tools every agent has today: the workspace file tools."""
+    return ToolRegistry(workspace_tools())

@@ -1,0 +1,230 @@
+"""A session's workspace: durable files in Postgres (`workspace_files`), shared by all workers.
+
+Whichever worker runs the session's next run sees the same files, so tools never touch the
+worker's local disk. Paths are plain keys (`dir/sub/file.txt`), normalised and checked by
+`normalize_path`; directories exist only as prefixes of file paths. The store has no symlinks
+(or any other indirection), so a checked path always names exactly its own row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.principal import Principal
+from app.db.engine import Database
+from app.db.models import AgentSession, WorkspaceFile
+from app.tools.base import ToolContext, ToolError
+
+MAX_PATH_BYTES = 512
+MAX_LIST_ENTRIES = 1000
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+class InvalidPathError(ToolError):
+    """A path the workspace refuses (escapes, absolute, control characters, too long, …)."""
+
+
+def _is_control(ch: str) -> bool:
+    return ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F
+
+
+def normalize_path(path: str) -> str:
+    """The canonical workspace path for `path`, or `InvalidPathError`.
+
+    Accepted: relative paths of `/`-separated components; repeated and trailing slashes are
+    dropped and the text is NFC-normalised. Rejected: empty paths, absolute paths (`/x`, `C:x`),
+    home-relative paths (`~x`), backslashes, NUL and other control characters, `..` components
+    (even when they would resolve inside the workspace), components made only of dots (`.`,
+    `...`), and paths longer than 512 bytes (UTF-8).
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidPathError("path is empty")
+    if any(_is_control(ch) for ch in path):
+        raise InvalidPathError("path contains control characters")
+    if "\\" in path:
+        raise InvalidPathError(f"path {path!r} contains a backslash; use '/' as the separator")
+    if path.startswith("/") or _DRIVE.match(path):
+        raise InvalidPathError(f"path {path!r} is absolute; use a path relative to the workspace")
+    if path.startswith("~"):
+        raise InvalidPathError(
+            f"path {path!r} starts with '~'; use a path relative to the workspace"
+        )
+    parts = [p for p in unicodedata.normalize("NFC", path).split("/") if p]
+    for part in parts:
+        if part == "..":
+            raise InvalidPathError(f"path {path!r} contains '..'; paths may not leave their folder")
+        if set(part) == {"."}:
+            raise InvalidPathError(f"path {path!r} contains a {part!r} component")
+    normalized = "/".join(parts)
+    if len(normalized.encode()) > MAX_PATH_BYTES:
+        raise InvalidPathError(f"path is longer than {MAX_PATH_BYTES} bytes")
+    return normalized
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """A stored file's path, size in bytes and SHA-256 (hex)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+def _under(prefix: str) -> str:
+    return prefix + "/"
+
+
+class Workspace:
+    """The files of one session, read and written as the session's tenant (RLS)."""
+
+    def __init__(
+        self,
+        db: Database,
+        principal: Principal,
+        session_id: UUID,
+        *,
+        max_file_bytes: int,
+        max_total_bytes: int,
+    ) -> None:
+        self.db = db
+        self.principal = principal
+        self.session_id = session_id
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+
+    @classmethod
+    def for_tool(cls, ctx: ToolContext) -> Workspace:
+        """The workspace of the session a tool call runs in, with the configured caps."""
+        return cls(
+            ctx.db,
+            ctx.principal,
+            ctx.session_id,
+            max_file_bytes=ctx.settings.workspace_max_file_bytes,
+            max_total_bytes=ctx.settings.workspace_max_total_bytes,
+        )
+
+    async def write(self, path: str, content: bytes) -> FileInfo:
+        """Create or replace the file at `path` (normalised), within the size caps."""
+        path = normalize_path(path)
+        size = len(content)
+        if size > self.max_file_bytes:
+            raise ToolError(
+                f"{path}: {size} bytes exceeds the per-file limit of {self.max_file_bytes} bytes"
+            )
+        digest = hashlib.sha256(content).hexdigest()
+        async with self.db.tenant(self.principal) as s:
+            # Lock the session row: concurrent writers of one workspace are serialised, so the
+            # total-size check below cannot be raced past.
+            locked = await s.scalar(
+                select(AgentSession.id).where(AgentSession.id == self.session_id).with_for_update()
+            )
+            if locked is None:
+                raise ToolError("the session's workspace is not accessible")
+            await self._check_no_conflict(s, path)
+            others = await s.scalar(
+                select(func.coalesce(func.sum(WorkspaceFile.size), 0)).where(
+                    WorkspaceFile.session_id == self.session_id, WorkspaceFile.path != path
+                )
+            )
+            if (others or 0) + size > self.max_total_bytes:
+                raise ToolError(
+                    f"{path}: writing {size} bytes would exceed the workspace limit of "
+                    f"{self.max_total_bytes} bytes ({others} bytes used by other files)"
+                )
+            await s.execute(
+                insert(WorkspaceFile)
+                .values(
+                    tenant_id=self.principal.tenant_id,
+                    session_id=self.session_id,
+                    path=path,
+                    content=content,
+                    size=size,
+                    sha256=digest,
+                )
+                .on_conflict_do_update(
+                    index_elements=[WorkspaceFile.session_id, WorkspaceFile.path],
+                    set_={
+                        "content": content,
+                        "size": size,
+                        "sha256": digest,
+                        "updated_at": func.now(),
+                    },
+                )
+            )
+        return FileInfo(path=path, size=size, sha256=digest)
+
+    async def read(self, path: str) -> tuple[FileInfo, bytes]:
+        """The file at `path` (normalised); `ToolError` if there is none."""
+        path = normalize_path(path)
+        async with self.db.tenant(self.principal) as s:
+            row = (
+                await s.execute(
+                    select(WorkspaceFile.size, WorkspaceFile.sha256, WorkspaceFile.content).where(
+                        WorkspaceFile.session_id == self.session_id, WorkspaceFile.path == path
+                    )
+                )
+            ).one_or_none()
+            if row is None:
+                if await self._has_files_under(s, path):
+                    raise ToolError(f"{path} is a directory; use list_files")
+                raise ToolError(f"no such file: {path}")
+        return FileInfo(path=path, size=row.size, sha256=row.sha256), bytes(row.content)
+
+    async def list_files(self, prefix: str | None = None) -> tuple[list[FileInfo], bool]:
+        """Files under directory `prefix` (all files if None), sorted; and whether cut short."""
+        directory = None if prefix is None else normalize_path(prefix)
+        async with self.db.tenant(self.principal) as s:
+            query = select(WorkspaceFile.path, WorkspaceFile.size, WorkspaceFile.sha256).where(
+                WorkspaceFile.session_id == self.session_id
+            )
+            if directory is not None:
+                if await self._exists(s, directory):
+                    raise ToolError(f"{directory} is a file, not a directory; use read_file")
+                query = query.where(
+                    WorkspaceFile.path.startswith(_under(directory), autoescape=True)
+                )
+            rows = (await s.execute(query.order_by(WorkspaceFile.path))).all()
+        files = sorted((FileInfo(r.path, r.size, r.sha256) for r in rows), key=lambda f: f.path)
+        return files[:MAX_LIST_ENTRIES], len(files) > MAX_LIST_ENTRIES
+
+    async def _exists(self, s: AsyncSession, path: str) -> bool:
+        found = await s.scalar(
+            select(WorkspaceFile.path).where(
+                WorkspaceFile.session_id == self.session_id, WorkspaceFile.path == path
+            )
+        )
+        return found is not None
+
+    async def _has_files_under(self, s: AsyncSession, path: str) -> bool:
+        found = await s.scalar(
+            select(WorkspaceFile.path)
+            .where(
+                WorkspaceFile.session_id == self.session_id,
+                WorkspaceFile.path.startswith(_under(path), autoescape=True),
+            )
+            .limit(1)
+        )
+        return found is not None
+
+    async def _check_no_conflict(self, s: AsyncSession, path: str) -> None:
+        """A file may not sit where a directory is, nor below a file."""
+        parts = path.split("/")
+        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        if parents:
+            clash = await s.scalar(
+                select(WorkspaceFile.path)
+                .where(WorkspaceFile.session_id == self.session_id, WorkspaceFile.path.in_(parents))
+                .limit(1)
+            )
+            if clash is not None:
+                raise ToolError(f"cannot write {path}: {clash} is a file")
+        if await self._has_files_under(s, path):
+            raise ToolError(f"cannot write {path}: it is a directory")
