@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from app.auth.principal import Principal
@@ -47,6 +47,12 @@ class Tool(ABC):
     """JSON schema (Draft 2020-12) of the arguments object."""
     idempotent: bool = False
     """Safe to run again when a worker died mid-call (its outcome is unknown)."""
+    group: Literal["fs", "runtime", "web", "memory", "sessions"] = "fs"
+    """Policy group (`group:NAME` in allow/deny lists)."""
+    risk: Literal["low", "medium", "high"] = "low"
+    """Risk level, which approval rules may key on."""
+    owner_only: bool = False
+    """Only the agent's owner may have it."""
 
     @abstractmethod
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
