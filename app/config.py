@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, IPvAnyNetwork, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,13 +38,207 @@ class Settings(BaseSettings):
         default=None, description="HS256 secret for Supabase-issued JWTs."
     )
     jwt_audience: str = Field(default="authenticated", description="Required `aud` claim.")
-    default_model: str = Field(default="offline", description="Model for new default agents.")
+    default_model: str = Field(
+        default="offline",
+        description="Model of new default agents, and what the model name `default` means "
+        "(e.g. `gemini-2.5-flash` or `openai:gpt-4o-mini`; that provider must be configured).",
+    )
     max_turns: int = Field(default=8, ge=1, description="Default model turns per run.")
     sse_keepalive_seconds: float = Field(default=10.0, gt=0, description="SSE keep-alive period.")
     workspace_max_file_bytes: int = Field(default=1_000_000, description="Per-file cap.")
     workspace_max_total_bytes: int = Field(default=20_000_000, description="Per-workspace cap.")
+    # --- long-term memory (app/memory) ---------------------------------------------------------
+    memory_embedder: str = Field(
+        default="offline",
+        pattern=r"^(offline|gemini:[A-Za-z0-9._/-]+|openai:[A-Za-z0-9._/:-]+)$",
+        description="Embedder of memory entries: `offline` (built-in feature hashing; lexical "
+        "overlap, not meaning), `gemini:<model>` (e.g. gemini:gemini-embedding-001) or "
+        "`openai:<model>` (e.g. openai:text-embedding-3-small, any OpenAI-compatible server). "
+        "Changing it re-embeds existing entries in the background. Keys and endpoints: "
+        "GEMINI_API_KEY (or Vertex AI) / GOOGLE_GEMINI_BASE_URL, OPENAI_API_KEY / OPENAI_BASE_URL.",
+    )
+    memory_embedding_dim: Literal[256, 768, 1536] | None = Field(
+        default=None,
+        description="Vector dimension (the indexed ones: 256, 768, 1536). Unset: the embedder's "
+        "default (offline 256, gemini 768, openai 1536).",
+    )
+    memory_chunk_chars: int = Field(
+        default=2000, ge=200, description="Documents longer than this are split into chunks."
+    )
+    memory_chunk_overlap_chars: int = Field(
+        default=200, ge=0, description="Text repeated from the end of one chunk in the next."
+    )
+    memory_search_candidates: int = Field(
+        default=50, ge=1, le=1000, description="Candidates taken from each of vector and text."
+    )
+    memory_rrf_k: int = Field(default=60, ge=1, description="Reciprocal-rank-fusion constant k.")
+    memory_importance_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of the score set by importance: factor = 1 - w + w * importance.",
+    )
+    memory_recency_weight: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="Share of the score set by recency: factor = 1 - w + w * 0.5^(age/half-life).",
+    )
+    memory_recency_half_life_days: float = Field(
+        default=30.0, gt=0, description="Age (since last update) at which recency decay is 0.5."
+    )
+    memory_mmr_lambda: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="MMR trade-off: 1 = relevance only, lower = more diversity.",
+    )
+    memory_hnsw_ef_search: int = Field(
+        default=100, ge=1, le=1000, description="pgvector `hnsw.ef_search` for memory search."
+    )
+    memory_reembed_batch: int = Field(
+        default=64, ge=1, le=1000, description="Entries re-embedded per transaction."
+    )
+    memory_reembed_interval_seconds: float = Field(
+        default=60.0, gt=0, description="How often the re-embed task looks for stale entries."
+    )
     log_level: str = Field(default="INFO", description="Log level.")
     log_json: bool = Field(default=False, description="Emit logs as JSON lines.")
+
+    # Web tools (`app/tools/web/`): web_fetch limits and address policy, web_search provider.
+    web_fetch_max_bytes: int = Field(
+        default=2_000_000,
+        ge=1,
+        description="web_fetch: most body bytes read (after decompression); the rest is not read.",
+    )
+    web_fetch_timeout_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="Total time of one web_fetch (every redirect and the body) or web_search call.",
+    )
+    web_fetch_max_redirects: int = Field(
+        default=5, ge=0, description="web_fetch: redirects followed (each hop is re-checked)."
+    )
+    web_fetch_max_chars: int = Field(
+        default=50_000, ge=1, description="web_fetch: default `max_chars` of returned content."
+    )
+    web_allow_private_networks: bool = Field(
+        default=False,
+        description=(
+            "web_fetch may reach private, loopback, link-local and CGNAT addresses (intranet "
+            "deployments only). Cloud metadata addresses stay refused unless listed in "
+            "WEB_ALLOWED_NETWORKS."
+        ),
+    )
+    web_allowed_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description=(
+            'Dev/test: networks web_fetch may reach although not public, e.g. ["127.0.0.1/32"] '
+            "for a local test server. Leave empty in production."
+        ),
+    )
+    web_search_provider: Literal["brave", "tavily", "serper"] = Field(
+        default="brave", description="web_search provider (needs WEB_SEARCH_API_KEY)."
+    )
+    web_search_api_key: SecretStr | None = Field(
+        default=None, description="API key of the web_search provider; unset: no web_search tool."
+    )
+    web_search_base_url: str | None = Field(
+        default=None,
+        description="Base URL of the search provider's API (tests, proxies); unset: its public API.",
+    )
+    web_user_agent: str = Field(
+        default="agent-runtime/0.1 (web_fetch)", description="User-Agent of web tool requests."
+    )
+
+    # Code execution (`run_python`, `run_shell`): see `app/tools/sandbox/`.
+    sandbox_mode: Literal["bubblewrap", "unsafe-subprocess", "disabled"] = Field(
+        default="bubblewrap",
+        description=(
+            "bubblewrap: run code in a bubblewrap sandbox, and refuse when bwrap is missing or "
+            "unusable; unsafe-subprocess: a plain subprocess (rlimits, own process group, empty "
+            "env, temp dir) with NO filesystem or network isolation; disabled: always refuse."
+        ),
+    )
+    sandbox_timeout_seconds: int = Field(
+        default=30, ge=1, description="Wall-clock limit of a call that names no timeout."
+    )
+    sandbox_max_timeout_seconds: int = Field(
+        default=300, ge=1, description="Largest wall-clock limit a call may ask for."
+    )
+    sandbox_memory_mb: int = Field(
+        default=1024, ge=64, description="Address-space limit of each sandboxed process."
+    )
+    sandbox_max_processes: int = Field(
+        default=64, ge=4, description="Processes and threads a sandbox may have at once."
+    )
+    sandbox_max_file_mb: int = Field(
+        default=64, ge=1, description="Largest file a sandboxed process may write."
+    )
+    sandbox_max_open_files: int = Field(
+        default=256, ge=16, description="Open file descriptors per sandboxed process."
+    )
+    sandbox_tmp_mb: int = Field(
+        default=256, ge=1, description="Size of the sandbox's private /tmp (memory-backed)."
+    )
+    sandbox_output_max_chars: int = Field(
+        default=20_000, ge=200, description="Kept characters of stdout and of stderr, each."
+    )
+    sandbox_network: bool = Field(
+        default=False, description="Give sandboxes the host's network (default: none at all)."
+    )
+    sandbox_uid: int = Field(
+        default=65534,
+        ge=1,
+        description="Unprivileged uid and gid sandboxes run as when the server runs as root.",
+    )
+
+    # Model providers (app/llm). Keys are SecretStr: never printed, logged or put in errors.
+    gemini_api_key: SecretStr | None = Field(
+        default=None, description="Gemini API key: enables `gemini-*` models (AI Studio)."
+    )
+    google_api_key: SecretStr | None = Field(
+        default=None, description="Alternative name for the Gemini API key."
+    )
+    google_genai_use_vertexai: bool = Field(
+        default=False,
+        description="Serve `gemini-*` through Vertex AI (needs GOOGLE_CLOUD_PROJECT and "
+        "GOOGLE_CLOUD_LOCATION, and Application Default Credentials) instead of an API key.",
+    )
+    google_cloud_project: str | None = Field(default=None, description="Vertex AI project id.")
+    google_cloud_location: str | None = Field(
+        default=None, description="Vertex AI location, e.g. `us-central1` or `global`."
+    )
+    google_gemini_base_url: str | None = Field(
+        default=None, description="Gemini API endpoint override (proxies, tests)."
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, description="API key for `openai:<model>` models."
+    )
+    openai_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible endpoint for `openai:<model>` (vLLM, Ollama, llama.cpp, "
+        "NIM, …), e.g. `http://localhost:11434/v1`; setting it alone enables the provider.",
+    )
+    model_max_retries: int = Field(
+        default=4, ge=0, description="Retries of a model call after transient failures."
+    )
+    model_retry_initial_delay_seconds: float = Field(
+        default=1.0, ge=0, description="First retry delay; doubles per retry (plus jitter)."
+    )
+    model_retry_max_delay_seconds: float = Field(
+        default=30.0, ge=0, description="Cap on any retry delay, `Retry-After` included."
+    )
+    model_request_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Longest wait to connect and for each chunk of a model's streamed answer.",
+    )
+    gemini_include_thoughts: bool = Field(
+        default=True,
+        description="Stream thought summaries (`thinking.delta` events) from Gemini models "
+        "that think (2.5 and later).",
+    )
 
 
 @lru_cache
