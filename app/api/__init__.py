@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app, routes, JSON errors and the SSE event hub."""

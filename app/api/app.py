@@ -1,0 +1,86 @@
+"""The FastAPI application: lifespan (database, run queue, SSE hub), routes, error handlers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+import structlog
+from fastapi import FastAPI
+
+from app.api.deps import Runtime
+from app.api.errors import install_error_handlers
+from app.api.event_hub import EventHub
+from app.api.limits import BodySizeLimit
+from app.api.routes import health, runs, sessions, stream
+from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
+from app.config import Settings
+from app.db.engine import Database
+from app.queue.manager import RunQueue
+
+log = structlog.get_logger(__name__)
+
+# A maximal message (32,000 characters, each JSON-escaped as up to 12 bytes) fits well within.
+MAX_BODY_BYTES = 1 << 20
+
+DESCRIPTION = """\
+Multi-tenant agent runs over HTTP. Post a message (`POST /api/agent-runtime`), then follow the
+run with Server-Sent Events (`GET /api/agent-runtime/stream`) or poll its status.
+
+Every `/api/agent-runtime` route needs `Authorization: Bearer <Supabase JWT>`; the tenant is the
+token's `app_metadata.tenant_id`, else its `sub`. Another tenant's runs and sessions are 404.
+Errors are always `{"error": {"code", "message", "field"?, "details"?}}`.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("agent-runtime")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
+def create_app(settings: Settings, *, database: Database | None = None) -> FastAPI:
+    """Build the API. `database`: use this one (tests) instead of opening `settings.database_url`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = database is None
+        if database is not None:
+            db = database
+        elif settings.database_url:
+            db = Database(settings.database_url)
+        else:
+            raise RuntimeError("DATABASE_URL is not set (the CLI resolves it before starting)")
+        if not settings.supabase_jwt_secret:
+            log.warning("no SUPABASE_JWT_SECRET: every authenticated route answers 401")
+        elif is_weak_secret(settings.supabase_jwt_secret):
+            log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
+        hub = EventHub(db.url)
+        await hub.start()
+        app.state.runtime = Runtime(
+            settings=settings,
+            db=db,
+            queue=RunQueue(db, default_model=settings.default_model, max_turns=settings.max_turns),
+            hub=hub,
+        )
+        try:
+            yield
+        finally:
+            await hub.stop()
+            if owned:
+                await db.dispose()
+
+    app = FastAPI(
+        title="agent-runtime",
+        version=_version(),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    install_error_handlers(app)
+    for module in (runs, stream, sessions, health):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,123 @@
+"""Shared route dependencies as `Annotated` aliases: the principal, the queue, the database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.api.errors import ApiError
+from app.api.event_hub import EventHub
+from app.auth.jwt import AuthError, verify_token
+from app.auth.principal import Principal
+from app.config import Settings
+from app.db.engine import Database
+from app.queue.manager import RunQueue
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What the lifespan creates and routes use (stored as `app.state.runtime`)."""
+
+    settings: Settings
+    db: Database
+    queue: RunQueue
+    hub: EventHub
+
+
+def get_runtime(request: Request) -> Runtime:
+    """The app's `Runtime` (set by the lifespan)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if not isinstance(runtime, Runtime):
+        raise RuntimeError("the app's lifespan has not run")
+    return runtime
+
+
+def get_settings(request: Request) -> Settings:
+    """The app's settings (available before the lifespan runs)."""
+    settings = request.app.state.settings
+    assert isinstance(settings, Settings)
+    return settings
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_queue(runtime: RuntimeDep) -> RunQueue:
+    """The run queue."""
+    return runtime.queue
+
+
+def get_database(runtime: RuntimeDep) -> Database:
+    """The database."""
+    return runtime.db
+
+
+def get_hub(runtime: RuntimeDep) -> EventHub:
+    """The SSE wake-up hub."""
+    return runtime.hub
+
+
+QueueDep = Annotated[RunQueue, Depends(get_queue)]
+DatabaseDep = Annotated[Database, Depends(get_database)]
+HubDep = Annotated[EventHub, Depends(get_hub)]
+
+bearer = HTTPBearer(
+    auto_error=False,
+    bearerFormat="JWT",
+    description="A Supabase access token (HS256, `aud` = the configured audience).",
+)
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+async def current_principal(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    """The verified caller; 401 for a missing/invalid token or an unconfigured server."""
+    secret = settings.supabase_jwt_secret
+    if not secret:
+        raise ApiError(
+            401,
+            "the server has no JWT secret configured (set SUPABASE_JWT_SECRET)",
+            headers=_CHALLENGE,
+        )
+    if credentials is None:
+        raise ApiError(
+            401, "missing bearer token (Authorization: Bearer <jwt>)", headers=_CHALLENGE
+        )
+    try:
+        return verify_token(credentials.credentials, secret=secret, audience=settings.jwt_audience)
+    except AuthError as exc:
+        raise ApiError(401, exc.message, headers=_CHALLENGE) from exc
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+
+RunIdQuery = Annotated[
+    UUID, Query(alias="runId", description="The run's id (from `POST /api/agent-runtime`).")
+]
+
+
+async def require_json(request: Request) -> None:
+    """415 unless a request with a body declares `Content-Type: application/json`."""
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    if not content_type and not await request.body():
+        return  # no body at all: the body validation reports it as missing
+    raise ApiError(
+        415,
+        f"request body must be JSON (Content-Type: application/json), got {content_type or 'none'!r}",
+        field="body",
+    )
+
+
+JsonBody = Annotated[None, Depends(require_json)]

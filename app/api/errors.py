@@ -1,0 +1,161 @@
+"""One JSON error shape for every failure: `{"error": {"code", "message", "field"?, "details"?}}`.
+
+Handlers cover our `ApiError`, the queue's NotFoundError/ConflictError, FastAPI's validation
+errors, Starlette's HTTP errors (unknown route, wrong method) and, last, anything unexpected
+(logged, answered with a generic 500 that leaks nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.queue.manager import ConflictError, NotFoundError
+
+log = structlog.get_logger(__name__)
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "unavailable",
+}
+_LOCATIONS = {"body", "query", "path", "header", "cookie"}
+
+
+class ApiError(Exception):
+    """An error answered as JSON with `status`; `field` names the offending input, if any."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or _CODES.get(status, "error")
+        self.message = message
+        self.field = field
+        self.headers = dict(headers or {})
+
+
+def error_body(
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    details: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The JSON error document."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    if details is not None:
+        error["details"] = details
+    return {"error": error}
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    """Render an `ApiError`."""
+    return JSONResponse(
+        error_body(exc.code, exc.message, field=exc.field),
+        status_code=exc.status,
+        headers=exc.headers or None,
+    )
+
+
+def field_of(loc: Sequence[str | int]) -> str:
+    """The input a validation error is about: `("body", "message")` -> `message`."""
+    parts = list(loc)
+    if len(parts) > 1 and parts[0] in _LOCATIONS:
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts) or "request"
+
+
+def _validation_response(exc: RequestValidationError) -> JSONResponse:
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        reason = errors[0].get("ctx", {}).get("error", "invalid JSON")
+        return JSONResponse(
+            error_body("invalid_json", f"request body is not valid JSON: {reason}", field="body"),
+            status_code=400,
+        )
+    details = [
+        {"field": field_of(e.get("loc", ())), "message": str(e.get("msg", "")), "type": e["type"]}
+        for e in errors
+    ]
+    first = details[0] if details else {"field": "request", "message": "invalid request"}
+    return JSONResponse(
+        error_body(
+            "validation_error",
+            f"{first['field']}: {first['message']}",
+            field=first["field"],
+            details=details,
+        ),
+        status_code=422,
+    )
+
+
+async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return _validation_response(exc)
+
+
+async def _on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse(
+        error_body(_CODES.get(exc.status_code, "error"), str(exc.detail)),
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _on_not_found(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NotFoundError)
+    return error_response(ApiError(404, exc.message, field=exc.field))
+
+
+async def _on_conflict(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ConflictError)
+    return error_response(ApiError(409, exc.message))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error(
+        "unhandled error",
+        method=request.method,
+        path=request.url.path,
+        exc_info=(type(exc), exc, exc.__traceback__),
+    )
+    return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register every handler on `app`."""
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(NotFoundError, _on_not_found)
+    app.add_exception_handler(ConflictError, _on_conflict)
+    app.add_exception_handler(Exception, _on_unexpected)

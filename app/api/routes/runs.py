@@ -1,0 +1,123 @@
+"""Runs: enqueue a message, read a run's status and stored events, cancel it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, cast
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Query
+from sqlalchemy import select
+
+from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, QueueDep, RunIdQuery
+from app.api.errors import ApiError
+from app.api.schemas import (
+    MAX_SEQ,
+    CancelResult,
+    RunAccepted,
+    RunError,
+    RunEventsPage,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    RunStatusName,
+    Usage,
+    error_responses,
+)
+from app.db.models import Run, RunEvent
+from app.queue.events import events_after
+from app.runtime.events import event_envelope
+
+router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
+
+
+def run_not_found(run_id: UUID) -> ApiError:
+    """The 404 for a run that is unknown or belongs to another tenant."""
+    return ApiError(404, f"run {run_id} not found", field="runId")
+
+
+def envelope_of(event: RunEvent) -> dict[str, Any]:
+    """A stored event as the JSON the SSE stream sends."""
+    return event_envelope(
+        run_id=event.run_id, seq=event.seq, type_=event.type, ts=event.created_at, data=event.data
+    )
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=RunAccepted,
+    responses=error_responses(400, 401, 404, 413, 415, 422),
+)
+async def create_run(
+    principal: CurrentPrincipal, queue: QueueDep, _json: JsonBody, body: RunRequest
+) -> RunAccepted:
+    """Queue a message in a session (a new session unless `sessionKey` is given)."""
+    enqueued = await queue.enqueue_run(
+        principal, message=body.message, session_key=body.session_key, agent_id=body.agent_id
+    )
+    return RunAccepted(run_id=enqueued.run_id, session_key=enqueued.session_key)
+
+
+@router.get("/status", response_model=RunStatus, responses=error_responses(401, 404, 422))
+async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery) -> RunStatus:
+    """A run's status, result or error, token usage and attempts."""
+    found = await queue.get_run(principal, run_id)
+    if found is None:
+        raise run_not_found(run_id)
+    run, session_key = found
+    return RunStatus(
+        run_id=run.id,
+        session_key=session_key,
+        status=cast(RunStatusName, run.status),
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        result=_result_of(run.result),
+        error=_error_of(run.error),
+        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+        state=run.state,
+        attempts=run.attempts,
+    )
+
+
+def _result_of(result: dict[str, Any] | None) -> RunResult | None:
+    if not isinstance(result, dict):
+        return None
+    text = result.get("text")
+    return RunResult(text=text if isinstance(text, str) else "")
+
+
+def _error_of(error: dict[str, Any] | None) -> RunError | None:
+    if not isinstance(error, dict):
+        return None
+    return RunError(code=str(error.get("code") or "error"), message=str(error.get("message") or ""))
+
+
+@router.post("/cancel", response_model=CancelResult, responses=error_responses(401, 404, 409, 422))
+async def cancel_run(
+    principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery
+) -> CancelResult:
+    """Cancel a run: a queued run at once, a running one within seconds (status `running`)."""
+    status = await queue.cancel(principal, run_id)
+    return CancelResult(run_id=run_id, status=cast(RunStatusName, status))
+
+
+@router.get(
+    "/runs/{runId}/events", response_model=RunEventsPage, responses=error_responses(401, 404, 422)
+)
+async def run_events(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    run_id: Annotated[UUID, Path(alias="runId", description="The run's id.")],
+    after_seq: Annotated[
+        int,
+        Query(alias="afterSeq", ge=0, le=MAX_SEQ, description="Only events with a greater seq."),
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many events.")] = 500,
+) -> RunEventsPage:
+    """A run's stored events, in order (for clients that poll instead of streaming)."""
+    async with db.tenant(principal) as s:
+        if await s.scalar(select(Run.id).where(Run.id == run_id)) is None:
+            raise run_not_found(run_id)
+        events = await events_after(s, run_id, after_seq, limit=limit)
+    return RunEventsPage(run_id=run_id, events=[envelope_of(e) for e in events])

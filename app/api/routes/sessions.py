@@ -1,0 +1,172 @@
+"""Sessions: the tenant's session list and each session's transcript (JSON or JSONL)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import CurrentPrincipal, DatabaseDep
+from app.api.errors import ApiError
+from app.api.schemas import (
+    MAX_SEQ,
+    SESSION_KEY_PATTERN,
+    MessageInfo,
+    MessagePage,
+    SessionInfo,
+    SessionPage,
+    error_responses,
+)
+from app.auth.principal import Principal
+from app.db.engine import Database
+from app.db.models import SessionMessage
+from app.sessions.store import (
+    InvalidCursorError,
+    SessionCursor,
+    get_session_by_key,
+    list_messages,
+    list_sessions,
+)
+
+router = APIRouter(prefix="/api/agent-runtime/sessions", tags=["sessions"])
+
+JSONL_BATCH = 500
+DEFAULT_MESSAGE_LIMIT = 200
+
+SessionKeyPath = Annotated[
+    str,
+    Path(
+        alias="sessionKey",
+        min_length=1,
+        max_length=200,
+        pattern=SESSION_KEY_PATTERN,
+        description="The session's key.",
+    ),
+]
+
+
+@router.get("", response_model=SessionPage, responses=error_responses(401, 422))
+async def get_sessions(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    limit: Annotated[int, Query(ge=1, le=200, description="Page size.")] = 50,
+    before: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="`nextCursor` of the previous page, or an ISO timestamp: only sessions "
+            "last active before it.",
+        ),
+    ] = None,
+) -> SessionPage:
+    """The tenant's sessions, most recently active first (keyset-paginated)."""
+    cursor = None
+    if before is not None:
+        try:
+            cursor = SessionCursor.parse(before)
+        except InvalidCursorError as exc:
+            raise ApiError(422, f"before: {exc}", field="before") from exc
+    async with db.tenant(principal) as s:
+        rows = await list_sessions(s, limit=limit + 1, before=cursor)
+    page, more = rows[:limit], len(rows) > limit
+    return SessionPage(
+        sessions=[
+            SessionInfo(
+                session_key=r.session_key,
+                agent_id=r.agent_id,
+                title=r.title,
+                message_count=r.message_count,
+                created_at=r.created_at,
+                updated_at=r.updated_at,
+                last_run_at=r.last_run_at,
+            )
+            for r in page
+        ],
+        next_cursor=SessionCursor.after(page[-1]).encode() if more else None,
+    )
+
+
+def _message_info(m: SessionMessage) -> MessageInfo:
+    return MessageInfo(
+        seq=m.seq, run_id=m.run_id, role=m.role, created_at=m.created_at, payload=m.payload
+    )
+
+
+@router.get(
+    "/{sessionKey}/messages",
+    response_model=MessagePage,
+    responses={
+        200: {
+            "content": {
+                "application/x-ndjson": {
+                    "schema": {"$ref": "#/components/schemas/MessageInfo"},
+                }
+            },
+            "description": "JSON page, or with `format=jsonl` one message object per line.",
+        },
+        **error_responses(401, 404, 422),
+    },
+)
+async def get_messages(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    session_key: SessionKeyPath,
+    fmt: Annotated[
+        Literal["json", "jsonl"],
+        Query(alias="format", description="`jsonl`: stream NDJSON, one message a line."),
+    ] = "json",
+    after_seq: Annotated[
+        int,
+        Query(alias="afterSeq", ge=0, le=MAX_SEQ, description="Only messages with a greater seq."),
+    ] = 0,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=1000, description="At most this many (JSON default 200; JSONL: all)."),
+    ] = None,
+) -> MessagePage | StreamingResponse:
+    """A session's transcript in order, as a JSON page or streamed JSONL."""
+    page_size = limit or DEFAULT_MESSAGE_LIMIT
+    async with db.tenant(principal) as s:
+        found = await get_session_by_key(s, session_key)
+        if found is None:
+            raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
+        if fmt == "jsonl":
+            return StreamingResponse(
+                _jsonl(db, principal, found.id, after_seq, limit),
+                media_type="application/x-ndjson",
+            )
+        rows = await list_messages(s, found.id, after_seq=after_seq, limit=page_size + 1)
+    page = rows[:page_size]
+    return MessagePage(
+        session_key=session_key,
+        messages=[_message_info(m) for m in page],
+        next_after_seq=page[-1].seq if len(rows) > page_size else None,
+    )
+
+
+async def _jsonl(
+    db: Database, principal: Principal, session_id: UUID, after_seq: int, limit: int | None
+) -> AsyncIterator[bytes]:
+    """Messages as NDJSON, read in batches (one short transaction each, none held while sending)."""
+    last, remaining = after_seq, limit
+    while remaining is None or remaining > 0:
+        batch = JSONL_BATCH if remaining is None else min(JSONL_BATCH, remaining)
+        async with db.tenant(principal) as s:
+            rows = await list_messages(s, session_id, after_seq=last, limit=batch)
+        if not rows:
+            return
+        lines = (
+            json.dumps(_message_info(m).model_dump(mode="json", by_alias=True), ensure_ascii=False)
+            + "\n"
+            for m in rows
+        )
+        yield "".join(lines).encode()
+        last = rows[-1].seq
+        if remaining is not None:
+            remaining -= len(rows)
+        if len(rows) < batch:
+            return

@@ -1,0 +1,113 @@
+"""The SSE stream of a run: stored events replayed, then live ones, until a terminal event.
+
+One loop serves both phases — "read events after the last one sent; send them; stop after a
+terminal event; else wait for a wake-up or the fallback poll" — so nothing is lost or sent
+twice at the replay/live boundary: the database, not the notification, decides what comes next.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Header, Query
+from sqlalchemy import select
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import CurrentPrincipal, QueueDep, RunIdQuery, Runtime, RuntimeDep
+from app.api.errors import ApiError
+from app.api.routes.runs import envelope_of, run_not_found
+from app.api.schemas import MAX_SEQ, error_responses
+from app.auth.principal import Principal
+from app.db.models import Run
+from app.queue.events import events_after
+from app.runtime.events import TERMINAL_EVENTS, TERMINAL_STATUSES
+
+router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
+
+BATCH = 200
+
+_SSE_DOC = (
+    "`text/event-stream`. Each event has `id` = the run's event seq (1, 2, …), `event` = its "
+    "type and `data` = a JSON object with `type`, `runId`, `seq`, `ts` and the event's fields. "
+    "Ends after `run.completed`, `run.failed` or `run.cancelled`; comment lines keep it alive."
+)
+
+
+def parse_last_event_id(value: str | None, field: str) -> int:
+    """A resume position: a non-negative integer (absent or blank: 0, i.e. from the start)."""
+    if value is None or not value.strip():
+        return 0
+    digits = value.strip()
+    if not re.fullmatch(r"[0-9]{1,10}", digits) or int(digits) > MAX_SEQ:
+        raise ApiError(422, f"{field} must be an integer between 0 and {MAX_SEQ}", field=field)
+    return int(digits)
+
+
+@router.get(
+    "/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": _SSE_DOC,
+        },
+        **error_responses(401, 404, 422),
+    },
+)
+async def stream_run(
+    principal: CurrentPrincipal,
+    queue: QueueDep,
+    runtime: RuntimeDep,
+    run_id: RunIdQuery,
+    last_event_id_query: Annotated[
+        str | None,
+        Query(alias="lastEventId", description="Resume after this seq (wins over the header)."),
+    ] = None,
+    last_event_id_header: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", description="Resume after this seq (sent by EventSource)."),
+    ] = None,
+) -> EventSourceResponse:
+    """Stream a run's events (SSE), resuming after `Last-Event-ID` / `lastEventId`."""
+    if last_event_id_query is not None:
+        after = parse_last_event_id(last_event_id_query, "lastEventId")
+    else:
+        after = parse_last_event_id(last_event_id_header, "Last-Event-ID")
+    if await queue.get_run(principal, run_id) is None:
+        raise run_not_found(run_id)
+    return EventSourceResponse(
+        run_event_stream(runtime, principal, run_id, after),
+        ping=runtime.settings.sse_keepalive_seconds,
+    )
+
+
+async def run_event_stream(
+    runtime: Runtime, principal: Principal, run_id: UUID, after_seq: int
+) -> AsyncIterator[ServerSentEvent]:
+    """The events of `run_id` after `after_seq`, ending after a terminal one."""
+    last = after_seq
+    with runtime.hub.subscribe(run_id) as wakeup:  # before the first read: no wake-up is missed
+        while True:
+            async with runtime.db.tenant(principal) as s:
+                # Status first: a terminal status read here guarantees that the events read
+                # next (a later snapshot) include the terminal event committed with it.
+                status = await s.scalar(select(Run.status).where(Run.id == run_id))
+                events = await events_after(s, run_id, last, limit=BATCH)
+            for event in events:
+                yield ServerSentEvent(
+                    data=json.dumps(envelope_of(event), separators=(",", ":"), ensure_ascii=False),
+                    event=event.type,
+                    id=str(event.seq),
+                )
+                last = event.seq
+                if event.type in TERMINAL_EVENTS:
+                    return
+            if len(events) == BATCH:
+                continue  # more backlog: read on without waiting
+            if not events and (status is None or status in TERMINAL_STATUSES):
+                return  # finished (its terminal event is at or before `last`) or gone
+            await wakeup.wait(runtime.hub.poll_seconds)

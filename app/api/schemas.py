@@ -1,0 +1,234 @@
+"""Request and response bodies of the HTTP API (camelCase on the wire, with OpenAPI examples)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+SESSION_KEY_PATTERN = r"^[A-Za-z0-9:_.-]+$"
+MAX_MESSAGE_CHARS = 32_000
+MAX_SEQ = 2**31 - 1  # event and message seqs are Postgres integers
+
+RunStatusName = Literal[
+    "queued", "running", "awaiting_approval", "completed", "failed", "cancelled"
+]
+
+_RUN_ID = "7b0f2a64-4a8e-4f0e-9d61-2f3c7f0b9e11"
+_TS = "2025-01-01T12:00:00Z"
+
+
+class ApiModel(BaseModel):
+    """camelCase aliases on the wire; Python names in code."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+# ------------------------------------------------------------------ errors
+
+
+class ErrorDetail(ApiModel):
+    """One validation problem."""
+
+    field: str
+    message: str
+    type: str
+
+
+class ErrorInfo(ApiModel):
+    """What went wrong."""
+
+    code: str = Field(examples=["validation_error"])
+    message: str = Field(examples=["message: String should have at least 1 character"])
+    field: str | None = Field(default=None, examples=["message"])
+    details: list[ErrorDetail] | None = None
+
+
+class ErrorResponse(ApiModel):
+    """The body of every 4xx/5xx response."""
+
+    error: ErrorInfo
+
+
+# ------------------------------------------------------------------ runs
+
+
+class RunRequest(ApiModel):
+    """A message to run in a session."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"message": "Summarise notes/todo.md", "sessionKey": "chat:42"}]
+        }
+    )
+
+    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="The user's text.")
+    session_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=SESSION_KEY_PATTERN,
+        description="The session (lane) to run in; omitted: a new session is created.",
+    )
+    agent_id: UUID | None = Field(default=None, description="One of the tenant's agents.")
+
+    @field_validator("message")
+    @classmethod
+    def _storable_text(cls, value: str) -> str:
+        """Postgres cannot store NUL or lone surrogates; blank text is no message."""
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+        if not value.strip():
+            raise ValueError("must not be empty or whitespace only")
+        return value
+
+
+class RunAccepted(ApiModel):
+    """A queued run."""
+
+    run_id: UUID = Field(examples=[_RUN_ID])
+    session_key: str = Field(examples=["chat:42"])
+    status: Literal["queued"] = "queued"
+
+
+class RunResult(ApiModel):
+    """The final answer of a completed run."""
+
+    text: str
+
+
+class RunError(ApiModel):
+    """Why a run failed."""
+
+    code: str = Field(examples=["model_error"])
+    message: str
+
+
+class Usage(ApiModel):
+    """Tokens used by the run's model calls."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class RunStatus(ApiModel):
+    """A run's status, outcome and usage."""
+
+    run_id: UUID = Field(examples=[_RUN_ID])
+    session_key: str = Field(examples=["chat:42"])
+    status: RunStatusName
+    created_at: datetime = Field(examples=[_TS])
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: RunResult | None
+    error: RunError | None
+    usage: Usage
+    state: str | None = Field(description="What the running loop is doing, if running.")
+    attempts: int = Field(description="How many times a worker has claimed the run.")
+
+
+class CancelResult(ApiModel):
+    """A run's status after a cancel request (`running` while a worker stops it)."""
+
+    run_id: UUID = Field(examples=[_RUN_ID])
+    status: RunStatusName = Field(examples=["cancelled"])
+
+
+class RunEventsPage(ApiModel):
+    """Stored events of a run (the same JSON objects as the SSE `data`)."""
+
+    run_id: UUID
+    events: list[dict[str, Any]] = Field(
+        examples=[[{"type": "run.queued", "runId": _RUN_ID, "seq": 1, "ts": _TS}]]
+    )
+
+
+# ------------------------------------------------------------------ sessions
+
+
+class SessionInfo(ApiModel):
+    """A chat session of the tenant."""
+
+    session_key: str = Field(examples=["chat:42"])
+    agent_id: UUID
+    title: str | None
+    message_count: int
+    created_at: datetime
+    updated_at: datetime
+    last_run_at: datetime | None
+
+
+class SessionPage(ApiModel):
+    """A page of sessions, most recently active first."""
+
+    sessions: list[SessionInfo]
+    next_cursor: str | None = Field(
+        description="Pass as `before` to get the next page; null on the last page."
+    )
+
+
+class MessageInfo(ApiModel):
+    """One transcript entry (`payload` is a user/assistant/tool_result message)."""
+
+    seq: int
+    run_id: UUID | None
+    role: str = Field(examples=["user"], description="user, assistant or tool.")
+    created_at: datetime
+    payload: dict[str, Any] = Field(examples=[{"kind": "user", "text": "hi"}])
+
+
+class MessagePage(ApiModel):
+    """A session's transcript, in order."""
+
+    session_key: str
+    messages: list[MessageInfo]
+    next_after_seq: int | None = Field(
+        description="Pass as `afterSeq` to get the next page; null when there is no more."
+    )
+
+
+# ------------------------------------------------------------------ health
+
+
+class Health(ApiModel):
+    """Liveness."""
+
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(ApiModel):
+    """Readiness: the database answers and its schema is at the code's migration head."""
+
+    status: Literal["ready", "not_ready"]
+    database: Literal["ok", "unreachable"]
+    migrations: Literal["current", "outdated", "missing", "unknown"]
+    revision: str | None = Field(description="The database's migration revision.")
+    expected_revision: str | None = Field(description="The code's migration head.")
+    events: Literal["listening", "polling"] = Field(
+        description="Whether SSE wake-ups come from LISTEN or only from polling."
+    )
+    error: ErrorInfo | None = Field(default=None, description="What is wrong, when not ready.")
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Malformed JSON body.",
+    401: "Missing, invalid or expired bearer token (or the server has no JWT secret).",
+    404: "No such object for this tenant (another tenant's objects are 404 too).",
+    409: "The request conflicts with the object's state.",
+    413: "The request body is larger than 1 MiB.",
+    415: "The body is not `application/json`.",
+    422: "Invalid input; `error.field` names it and `error.details` lists every problem.",
+    503: "Not ready.",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for error statuses (all share `ErrorResponse`)."""
+    return {c: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[c]} for c in codes}

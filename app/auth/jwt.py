@@ -1,0 +1,113 @@
+"""Supabase-style HS256 JWTs: verify a bearer token into a `Principal`, mint tokens for the CLI.
+
+The tenant is `app_metadata.tenant_id` when it is a non-empty string, else the user (`sub`) —
+the same rule as the database's `agent_runtime_tenant_id()`, so RLS and the API always agree.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, TypeGuard
+
+import jwt
+from jwt.warnings import InsecureKeyLengthWarning
+
+from app.auth.principal import Principal
+
+ALGORITHM = "HS256"
+MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key should be at least as long as the hash
+
+
+class AuthError(Exception):
+    """The bearer token is missing, malformed, wrongly signed, expired or for another audience."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def is_weak_secret(secret: str) -> bool:
+    """Whether `secret` is shorter than HS256's recommended minimum (checked once at startup)."""
+    return len(secret.encode()) < MIN_SECRET_BYTES
+
+
+def verify_token(token: str, *, secret: str, audience: str) -> Principal:
+    """Verify an HS256 token (signature, `exp`, `aud`, `sub`) and return who it identifies."""
+    if not token or not token.strip():
+        raise AuthError("missing bearer token")
+    try:
+        # PyJWT warns about short keys on every call; the app warns once at startup instead.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                secret,
+                algorithms=[ALGORITHM],
+                audience=audience,
+                options={"require": ["sub", "exp", "aud"]},
+            )
+    except jwt.ExpiredSignatureError as exc:
+        raise AuthError("token has expired") from exc
+    except jwt.InvalidAudienceError as exc:
+        raise AuthError(f"token audience is not {audience!r}") from exc
+    except jwt.MissingRequiredClaimError as exc:
+        raise AuthError(f"token is missing the {exc.claim!r} claim") from exc
+    except jwt.InvalidAlgorithmError as exc:
+        raise AuthError(f"token algorithm is not allowed (only {ALGORITHM})") from exc
+    except jwt.InvalidSignatureError as exc:
+        raise AuthError("token signature is invalid") from exc
+    except jwt.DecodeError as exc:
+        raise AuthError("token is malformed") from exc
+    except jwt.InvalidTokenError as exc:
+        raise AuthError(f"token is invalid: {exc}") from exc
+    return principal_from_claims(claims)
+
+
+def principal_from_claims(claims: dict[str, Any]) -> Principal:
+    """The principal of verified claims: `sub`, and the tenant (app_metadata.tenant_id, else sub)."""
+    sub = claims.get("sub")
+    if not _usable_id(sub):
+        raise AuthError("token 'sub' claim must be a non-empty string")
+    tenant = sub
+    app_metadata = claims.get("app_metadata")
+    if isinstance(app_metadata, dict):
+        candidate = app_metadata.get("tenant_id")
+        if _usable_id(candidate):
+            tenant = candidate
+    return Principal(user_id=sub, tenant_id=tenant)
+
+
+def _usable_id(value: object) -> TypeGuard[str]:
+    """A non-blank string Postgres can store (no NUL, no lone surrogates)."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def mint_token(
+    secret: str,
+    *,
+    user_id: str,
+    tenant_id: str | None = None,
+    ttl_seconds: int = 3600 * 24,
+    audience: str = "authenticated",
+) -> str:
+    """An HS256 token like Supabase issues (`agent-runtime token`, tests)."""
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "sub": user_id,
+        "role": "authenticated",
+        "aud": audience,
+        "iat": now,
+        "exp": now + ttl_seconds,
+    }
+    if tenant_id is not None:
+        claims["app_metadata"] = {"tenant_id": tenant_id}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+        return jwt.encode(claims, secret, algorithm=ALGORITHM)

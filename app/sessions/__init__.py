@@ -1,0 +1,1 @@
+"""Reading sessions and their transcripts (for the HTTP API), under the caller's RLS scope."""

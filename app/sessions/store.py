@@ -1,0 +1,99 @@
+"""Reading sessions and transcripts for the API.
+
+Every function takes an `AsyncSession` opened with `Database.tenant(principal)`: row-level
+security confines the queries to the caller's tenant, so another tenant's session simply does
+not exist here.
+
+Sessions are listed most recently active first (`updated_at`, bumped by every new run), with a
+keyset cursor on `(updated_at, id)` — stable under inserts, unlike offsets.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from uuid import UUID
+
+from sqlalchemy import Select, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession, SessionMessage
+
+
+class InvalidCursorError(ValueError):
+    """A `before` value that is neither an ISO timestamp nor a cursor we issued."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCursor:
+    """A position in the session list: strictly older than `updated_at` (then `id`)."""
+
+    updated_at: datetime
+    id: UUID | None = None
+
+    def encode(self) -> str:
+        """The opaque string handed to clients as `nextCursor`."""
+        raw = f"{self.updated_at.isoformat()}|{self.id or ''}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def parse(cls, value: str) -> SessionCursor:
+        """Parse an ISO timestamp (sessions active before it) or a cursor from `encode`."""
+        try:
+            return cls(updated_at=_aware(datetime.fromisoformat(value)))
+        except ValueError:
+            pass
+        try:
+            padded = value + "=" * (-len(value) % 4)
+            ts, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
+            return cls(updated_at=_aware(datetime.fromisoformat(ts)), id=UUID(ident))
+        except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+            raise InvalidCursorError("not an ISO timestamp or a cursor from nextCursor") from exc
+
+    @classmethod
+    def after(cls, session: AgentSession) -> SessionCursor:
+        """The cursor that continues the listing after `session`."""
+        return cls(updated_at=session.updated_at, id=session.id)
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+async def list_sessions(
+    session: AsyncSession, *, limit: int, before: SessionCursor | None = None
+) -> list[AgentSession]:
+    """Up to `limit` sessions, most recently active first, older than `before` if given."""
+    stmt: Select[tuple[AgentSession]] = select(AgentSession)
+    if before is not None:
+        if before.id is None:
+            stmt = stmt.where(AgentSession.updated_at < before.updated_at)
+        else:
+            stmt = stmt.where(
+                tuple_(AgentSession.updated_at, AgentSession.id) < (before.updated_at, before.id)
+            )
+    stmt = stmt.order_by(AgentSession.updated_at.desc(), AgentSession.id.desc()).limit(limit)
+    return list(await session.scalars(stmt))
+
+
+async def get_session_by_key(session: AsyncSession, session_key: str) -> AgentSession | None:
+    """The tenant's session with this key, if any."""
+    result: AgentSession | None = await session.scalar(
+        select(AgentSession).where(AgentSession.session_key == session_key)
+    )
+    return result
+
+
+async def list_messages(
+    session: AsyncSession, session_id: UUID, *, after_seq: int = 0, limit: int = 500
+) -> list[SessionMessage]:
+    """Transcript entries of a session with `seq > after_seq`, in order, at most `limit`."""
+    rows = await session.scalars(
+        select(SessionMessage)
+        .where(SessionMessage.session_id == session_id, SessionMessage.seq > after_seq)
+        .order_by(SessionMessage.seq)
+        .limit(limit)
+    )
+    return list(rows)

@@ -1,0 +1,265 @@
+"""SSE: replay, resume without gap or duplicate, live delivery, end on terminal, keep-alive,
+disconnect, and one shared LISTEN connection for every stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+
+from app.db import listen
+from app.db.engine import Database
+from app.queue.lease import LeasedRun
+from tests.integration.api_support import Api, Frame, auth, error_of, make_settings, running_api
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+async def api(database: Database, db_url: str) -> AsyncIterator[Api]:
+    async with running_api(make_settings(db_url, sse_keepalive_seconds=0.3), database) as api:
+        yield api
+
+
+async def start_run(api: Api, message: str = "hi", **body: Any) -> tuple[str, LeasedRun]:
+    """Enqueue a run and claim it as a fake worker."""
+    run = await api.post_run(message, **body)
+    claimed = await api.runtime.queue.claim_next("w", 30)
+    assert claimed is not None and str(claimed.id) == run["runId"]
+    return run["runId"], LeasedRun(api.runtime.db, claimed, "w")
+
+
+async def finished_run(api: Api, deltas: int = 3) -> str:
+    """A completed run with events 1 (queued), 2 (started), deltas…, completed."""
+    run_id, leased = await start_run(api)
+    await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+    for i in range(deltas):
+        await leased.emit("assistant.delta", {"text": f"d{i}"})
+    await leased.finish("completed", result={"text": "done"})
+    return run_id
+
+
+def seqs(frames: list[Frame]) -> list[int]:
+    """The ids of event frames, checking that id, event and data agree."""
+    out = []
+    for f in frames:
+        assert f.data is not None and f.id is not None
+        data = json.loads(f.data)
+        assert data["seq"] == int(f.id) and data["type"] == f.event
+        out.append(int(f.id))
+    return out
+
+
+async def read_stream(
+    api: Api, run_id: str, headers: dict[str, str] | None = None, **params: str
+) -> list[Frame]:
+    async with api.stream({"runId": run_id, **params}, {**auth(), **(headers or {})}) as conn:
+        assert conn.status == 200, conn.body
+        assert conn.headers["content-type"].startswith("text/event-stream")
+        return await conn.read_to_end()
+
+
+async def test_replays_stored_events_and_ends_after_terminal(api: Api) -> None:
+    run_id = await finished_run(api, deltas=3)
+    frames = await read_stream(api, run_id)
+    assert seqs(frames) == [1, 2, 3, 4, 5, 6]
+    assert [f.event for f in frames] == [
+        "run.queued",
+        "run.started",
+        "assistant.delta",
+        "assistant.delta",
+        "assistant.delta",
+        "run.completed",
+    ]
+    last = json.loads(frames[-1].data or "")
+    assert last["result"] == {"text": "done"} and last["runId"] == run_id and "ts" in last
+    assert json.loads(frames[0].data or "")["status"] == "queued"
+
+
+async def test_resume_after_last_event_id_header_and_query(api: Api) -> None:
+    run_id = await finished_run(api, deltas=4)
+    full = await read_stream(api, run_id)
+    assert seqs(full) == list(range(1, 8))
+
+    after_header = await read_stream(api, run_id, {"Last-Event-ID": "2"})
+    assert seqs(after_header) == [3, 4, 5, 6, 7]
+    assert [f.data for f in after_header] == [f.data for f in full[2:]]  # identical events
+
+    after_query = await read_stream(api, run_id, lastEventId="5")
+    assert seqs(after_query) == [6, 7]
+    both = await read_stream(api, run_id, {"Last-Event-ID": "1"}, lastEventId="4")
+    assert seqs(both) == [5, 6, 7]  # the query parameter wins
+    assert await read_stream(api, run_id, lastEventId="7") == []  # nothing after the terminal
+    assert seqs(await read_stream(api, run_id, lastEventId="0")) == list(range(1, 8))
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "field"),
+    [
+        ({"lastEventId": "abc"}, {}, "lastEventId"),
+        ({"lastEventId": "-1"}, {}, "lastEventId"),
+        ({"lastEventId": "1.5"}, {}, "lastEventId"),
+        ({"lastEventId": "1_0"}, {}, "lastEventId"),
+        ({"lastEventId": "2147483648"}, {}, "lastEventId"),
+        ({"lastEventId": "99999999999999999999"}, {}, "lastEventId"),
+        ({}, {"Last-Event-ID": "x"}, "Last-Event-ID"),
+        ({}, {"Last-Event-ID": "-3"}, "Last-Event-ID"),
+    ],
+)
+async def test_bad_resume_position_is_422(
+    api: Api, params: dict[str, str], headers: dict[str, str], field: str
+) -> None:
+    run = await api.post_run()
+    r = await api.client.get(
+        "/api/agent-runtime/stream",
+        params={"runId": run["runId"], **params},
+        headers={**auth(), **headers},
+    )
+    assert r.status_code == 422
+    assert error_of(r)["field"] == field and field in error_of(r)["message"]
+
+
+async def test_live_events_are_delivered_promptly_and_stream_ends(api: Api) -> None:
+    api.runtime.hub.poll_seconds = 30  # only a NOTIFY wake-up can deliver within the test
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        first = await conn.next_event()
+        assert first is not None and first.id == "1"
+        await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+        second = await conn.next_event(wait=3)
+        assert second is not None and (second.id, second.event) == ("2", "run.started")
+        await leased.emit("assistant.delta", {"text": "a"})
+        await leased.emit("assistant.delta", {"text": "b"})
+        await leased.finish("completed", result={"text": "ab"})
+        rest = await conn.read_to_end(wait=3)
+        assert seqs(rest) == [3, 4, 5] and rest[-1].event == "run.completed"
+        assert conn.ended
+    assert api.runtime.hub.subscriber_count() == 0
+
+
+async def test_cancelling_a_queued_run_ends_its_stream(api: Api) -> None:
+    run = await api.post_run()
+    async with api.stream({"runId": run["runId"]}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        r = await api.client.post(
+            "/api/agent-runtime/cancel", params={"runId": run["runId"]}, headers=auth()
+        )
+        assert r.json()["status"] == "cancelled"
+        rest = await conn.read_to_end(wait=3)
+        assert [f.event for f in rest] == ["run.cancelled"] and conn.ended
+
+
+async def test_keepalive_comment_when_idle_and_disconnect_stops_the_stream(api: Api) -> None:
+    run = await api.post_run()
+    async with api.stream({"runId": run["runId"]}, auth()) as conn:
+        first = await conn.next_frame()
+        assert first is not None and first.id == "1"
+        ping = await conn.next_frame(wait=2)
+        assert ping is not None and ping.data is None and ping.comments  # ": ping - …"
+        assert api.runtime.hub.subscriber_count() == 1
+        conn.disconnect()
+        assert conn.task is not None
+        await asyncio.wait_for(conn.task, 2)  # the server stops streaming on its own
+    assert api.runtime.hub.subscriber_count() == 0
+
+
+async def test_no_gap_or_duplicate_while_events_race_with_connects(api: Api) -> None:
+    """Streams connect (with various resume points) while a writer emits: each must get
+    exactly the events after its resume point, in order, ending at the terminal one."""
+    api.runtime.hub.poll_seconds = 30  # a missed wake-up would hang a reader: no safety net
+    run_id, leased = await start_run(api)
+    total = 40
+
+    async def writer() -> None:
+        for i in range(total):
+            await leased.emit("assistant.delta", {"text": str(i)})
+            if i % 5 == 0:
+                await asyncio.sleep(0.01)
+        await leased.finish("completed", result={"text": "x"})
+
+    async def reader(delay: float, after: int) -> list[int]:
+        await asyncio.sleep(delay)
+        return seqs(await read_stream(api, run_id, lastEventId=str(after)))
+
+    readers = [reader(0.005 * i, after) for i, after in enumerate([0, 1, 3, 7, 12, 20, 0, 5])]
+    results = await asyncio.gather(writer(), *readers)
+    last = total + 2  # queued + deltas + completed
+    for after, got in zip([0, 1, 3, 7, 12, 20, 0, 5], results[1:], strict=True):
+        assert got == list(range(after + 1, last + 1)), (after, got)
+
+
+async def test_concurrent_streams_share_one_listen_connection(api: Api, database: Database) -> None:
+    runs = [await api.post_run(f"m{i}") for i in range(3)]
+    conns = [api.stream({"runId": r["runId"]}, auth()) for r in runs for _ in range(3)]
+    for conn in conns:
+        await conn.__aenter__()
+        assert await conn.next_event() is not None
+    try:
+        assert api.runtime.hub.subscriber_count() == 9
+        assert api.runtime.hub.subscriber_count(uuid.UUID(runs[0]["runId"])) == 3
+        async with database.owner() as s:
+            listeners = await s.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+                )
+            )
+        assert listeners == 1
+    finally:
+        for conn in conns:
+            await conn.__aexit__(None, None, None)
+    assert api.runtime.hub.subscriber_count() == 0
+
+
+async def test_listener_reconnect_wakes_streams(
+    api: Api, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event committed while the LISTEN connection is down is never notified; the hub's
+    wake-up on reconnect must deliver it (the fallback poll is out of reach here)."""
+    api.runtime.hub.poll_seconds = 30
+
+    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.5)  # keep the listener down while the test commits an event
+        return await asyncpg.connect(*args, **kwargs)
+
+    monkeypatch.setattr(
+        listen,
+        "asyncpg",
+        SimpleNamespace(connect=slow_connect, PostgresError=asyncpg.PostgresError),
+    )
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        async with database.owner() as s:
+            await s.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+                )
+            )
+        await leased.emit("run.started", {"attempt": 1, "workerId": "w"})  # nobody listens
+        frame = await conn.next_event(wait=5)
+        assert frame is not None and frame.id == "2"
+        await leased.finish("completed", result={"text": "x"})
+        assert seqs(await conn.read_to_end()) == [3]  # and the new connection is listening
+
+
+async def test_stream_polls_when_the_listener_is_down(database: Database, db_url: str) -> None:
+    """With LISTEN unavailable, the fallback poll still delivers every event."""
+    async with running_api(make_settings(db_url), database) as api:
+        await api.runtime.hub.stop()
+        api.runtime.hub.poll_seconds = 0.05
+        run_id, leased = await start_run(api)
+        async with api.stream({"runId": run_id}, auth()) as conn:
+            assert (await conn.next_event()) is not None
+            await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+            await leased.finish("failed", error={"code": "x", "message": "y"})
+            rest = await conn.read_to_end(wait=2)
+            assert [f.event for f in rest] == ["run.started", "run.failed"]
