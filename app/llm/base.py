@@ -4,16 +4,25 @@ A model call is one `ModelRequest` (system prompt, transcript, tool specs) answe
 `ModelEvent`s: text chunks, tool calls and (once, usually last) token usage. The stream simply
 ends when the model's turn is over. Providers translate their failures into `ModelError`; the loop
 ends the run `failed` with the error's code and message.
+
+Providers that talk to a network service also yield:
+
+* `ThinkingDelta`: the model's reasoning, shown to clients but never part of the transcript;
+* `RetryNotice`: a transient failure is about to be retried after `delay_seconds`;
+* `StreamReset`: everything streamed so far in this call is void (the stream broke after partial
+  output and is retried from the start), so consumers drop their partial text and tool calls.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
 
 Message = UserMessage | AssistantMessage | ToolResult
 """One transcript entry, as the model sees it."""
@@ -59,7 +68,28 @@ class Usage:
     output_tokens: int
 
 
-ModelEvent = TextDelta | ToolCallEvent | Usage
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A chunk of the model's reasoning ("thought summary"), in order; not transcript text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """Attempt `attempt` failed transiently; the provider retries after `delay_seconds`."""
+
+    attempt: int
+    delay_seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReset:
+    """Discard everything this call streamed so far: the provider starts the answer again."""
+
+
+ModelEvent = TextDelta | ToolCallEvent | Usage | ThinkingDelta | RetryNotice | StreamReset
 """What a model stream yields."""
 
 
@@ -85,3 +115,19 @@ class Model(ABC):
         Implement as an async generator (`async def stream(...): ... yield ...`). Consumers close
         it (`contextlib.aclosing`) so cancellation and early exits release provider resources.
         """
+
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """How many input tokens `request` is, as this model counts them.
+
+        The default is an estimate, `ceil(characters / 4)` of the system prompt, the transcript
+        (as stored JSON) and the tool specs (as JSON); providers with a token-counting endpoint
+        override it.
+        """
+        return estimate_request_tokens(request)
+
+
+def estimate_request_tokens(request: ModelRequest) -> int:
+    """`ceil(characters / 4)` of the request's system prompt, transcript JSON and tool JSON."""
+    messages = json.dumps([dump_message(m) for m in request.messages])
+    tools = json.dumps([[t.name, t.description, t.parameters] for t in request.tools])
+    return math.ceil((len(request.system_prompt) + len(messages) + len(tools)) / 4)

@@ -1,8 +1,13 @@
-"""Resolving an agent's model name (`offline`, later `gemini-…`, `openai:…`) to a `Model`.
+"""Resolving an agent's model name (`offline`, `gemini-…`, `openai:…`) to a `Model`.
 
 Names resolve exactly first, then by prefix (providers register `gemini-` or `openai:` and get the
-rest of the name). `default` is an alias picked from what is configured: `offline` when no
-provider API key is configured (the only possibility until real providers are added).
+whole name). `default` (or no name) means the `DEFAULT_MODEL` setting (`offline` unless set, e.g.
+`DEFAULT_MODEL=gemini-2.5-flash`); it resolves like any other name.
+
+Which providers exist depends on the settings: `offline` always; `gemini-*` and
+`models/gemini-*` with a Gemini API key or Vertex AI settings (`gemini.py`); `openai:*` with an
+OpenAI key or base URL (`openai_compat.py`). A name of an unconfigured provider fails with
+`ModelUnavailableError` saying which settings would enable it.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.config import Settings
+from app.llm import gemini, openai_compat
 from app.llm.base import Model, ModelError
 from app.llm.offline import OfflineModel
+from app.llm.retry import RetryPolicy
 
 ModelFactory = Callable[[str], Model]
 """Builds the model for a (full) model name."""
@@ -34,14 +41,25 @@ class ModelRegistry:
         self.default = default
         self._exact: dict[str, ModelFactory] = {}
         self._prefixes: dict[str, ModelFactory] = {}
+        self._hints: dict[str, str] = {}
         self._cache: dict[str, Model] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelRegistry:
-        """The models this deployment can use. Offline only, until providers with keys exist."""
-        del settings  # providers will read their API keys from here
-        registry = cls(default="offline")
+        """The models this deployment can use: `offline`, plus each configured provider."""
+        registry = cls(default=settings.default_model)
         registry.register("offline", OfflineModel)
+        policy = RetryPolicy.from_settings(settings)
+        gemini_models = gemini.factory(settings, policy) if gemini.configured(settings) else None
+        for prefix in gemini.PREFIXES:
+            if gemini_models is not None:
+                registry.register_prefix(prefix, gemini_models)
+            else:
+                registry.hint(prefix, gemini.HINT)
+        if openai_compat.configured(settings):
+            registry.register_prefix(openai_compat.PREFIX, openai_compat.factory(settings, policy))
+        else:
+            registry.hint(openai_compat.PREFIX, openai_compat.HINT)
         return registry
 
     def register(self, name: str, factory: ModelFactory) -> None:
@@ -51,6 +69,10 @@ class ModelRegistry:
     def register_prefix(self, prefix: str, factory: ModelFactory) -> None:
         """Serve every name starting with `prefix` (e.g. `openai:`) with `factory`."""
         self._prefixes[prefix] = factory
+
+    def hint(self, prefix: str, how: str) -> None:
+        """Say how to configure the (unregistered) provider of names starting with `prefix`."""
+        self._hints[prefix] = how
 
     def names(self) -> list[str]:
         """Exact names and prefixes (`openai:*`) served, for error messages and listings."""
@@ -67,12 +89,15 @@ class ModelRegistry:
         factory = self._exact.get(wanted)
         if factory is None:
             prefix = max((p for p in self._prefixes if wanted.startswith(p)), key=len, default=None)
-            factory = None if prefix is None else self._prefixes[prefix]
+            # a bare prefix (`openai:`) names no model
+            factory = None if prefix is None or prefix == wanted else self._prefixes[prefix]
         if factory is None:
             available = ", ".join(self.names()) or "none"
-            raise ModelUnavailableError(
-                f"model {wanted!r} is not available in this deployment (available: {available})"
-            )
+            how = next((h for p, h in self._hints.items() if wanted.startswith(p)), None)
+            why = "is not available in this deployment"
+            if how:
+                why = f"is not configured in this deployment; to use it, {how}"
+            raise ModelUnavailableError(f"model {wanted!r} {why} (available: {available})")
         model = factory(wanted)
         self._cache[wanted] = model
         return model

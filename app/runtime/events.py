@@ -19,6 +19,12 @@ USAGE: Final = "usage"
 RUN_COMPLETED: Final = "run.completed"
 RUN_FAILED: Final = "run.failed"
 RUN_CANCELLED: Final = "run.cancelled"
+THINKING_DELTA: Final = "thinking.delta"
+"""A chunk of the model's reasoning, `{text}`; shown to clients, never in the transcript."""
+MODEL_RETRY: Final = "model.retry"
+"""A model call failed transiently and is retried: `{attempt, delaySeconds, reason}`."""
+ASSISTANT_RESET: Final = "assistant.reset"
+"""The model call restarts: drop the turn's partial text and thinking streamed so far."""
 
 TERMINAL_EVENTS: Final = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})

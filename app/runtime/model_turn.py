@@ -1,10 +1,12 @@
 """The model-turn phase: one streamed model call, persisted.
 
-Text chunks are stored as `assistant.delta` events as they arrive; the complete assistant
-message (text and tool calls) is appended to the transcript together with its
-`assistant.message` event in one transaction; then the call's token usage is added to the run
-with a `usage` event. A `ModelError` propagates (nothing of the failed turn is stored but the
-deltas already streamed).
+Text chunks are stored as `assistant.delta` events as they arrive (reasoning as
+`thinking.delta`, retries of the call as `model.retry`); the complete assistant message (text and
+tool calls) is appended to the transcript together with its `assistant.message` event in one
+transaction; then the call's token usage is added to the run with a `usage` event. When the
+provider restarts its answer (`StreamReset`) the partial turn is dropped and `assistant.reset`
+tells clients to drop its deltas too. A `ModelError` propagates (nothing of the failed turn is
+stored but the deltas already streamed).
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from app.llm.base import ModelEvent, ModelRequest, TextDelta, ToolCallEvent, Usage
+from app.llm.base import (
+    ModelEvent,
+    ModelRequest,
+    RetryNotice,
+    StreamReset,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallEvent,
+    Usage,
+)
 from app.runtime import events as ev
 from app.runtime.context import build_context
 from app.runtime.messages import AssistantMessage, ToolCall
@@ -73,6 +84,14 @@ async def _stream(state: RunState) -> _Turn:
                 turn.calls.append(event.call)
             elif isinstance(event, Usage):
                 turn.usage = event
+            elif isinstance(event, ThinkingDelta) and event.text:
+                await state.leased.emit(ev.THINKING_DELTA, {"text": event.text})
+            elif isinstance(event, RetryNotice):
+                retry = {"attempt": event.attempt, "delaySeconds": event.delay_seconds}
+                await state.leased.emit(ev.MODEL_RETRY, {**retry, "reason": event.reason})
+            elif isinstance(event, StreamReset):
+                turn = _Turn()
+                await state.leased.emit(ev.ASSISTANT_RESET, {})
     return turn
 
 

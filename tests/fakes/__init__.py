@@ -1,0 +1,1 @@
+"""Local fake servers speaking the model providers' wire formats (for the real SDKs in tests)."""
