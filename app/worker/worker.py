@@ -226,9 +226,13 @@ _CANCELLED = {"code": "cancelled", "message": "cancelled by request"}
 
 
 def _default_executor(settings: Settings) -> Executor:
+    """The agent loop, with one model registry (and its SDK clients) shared by all runs."""
+    from app.llm.registry import ModelRegistry
     from app.runtime.loop import execute_run
 
+    models = ModelRegistry.from_settings(settings)
+
     async def execute(leased: LeasedRun) -> None:
-        await execute_run(leased, settings=settings)
+        await execute_run(leased, settings=settings, models=models)
 
     return execute

@@ -91,7 +91,7 @@ def _holder(stack: Stack, run_id: str) -> str:
 
 
 def test_cancel_running_run(stack: Stack) -> None:
-    run = stack.post("/sleep 20000 please wait")
+    run = stack.post("/sleep 20000\nplease wait")
     stack.wait_status(run["runId"], {"running"})
     r = httpx.post(
         f"{stack.base_url}/api/agent-runtime/cancel",
