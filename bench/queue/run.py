@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.auth.jwt import mint_token  # noqa: E402
-
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
 from app.db.migrate import upgrade_to_head  # noqa: E402
 

@@ -1,0 +1,52 @@
+# agent-runtime developer commands. `make run` and `make test` work on a fresh clone: they create
+# .venv and install the project (again only when pyproject.toml changes) before doing anything.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?=
+TESTS  ?= tests
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup run test lint fmt bench clean distclean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing agent-runtime and its dev tools into $(VENV) (only when pyproject.toml changes)…"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) ## create .venv and install the project with dev tools (when needed)
+
+run: $(STAMP) ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
+	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
+
+test: $(STAMP) ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
+	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: $(STAMP) ## format and auto-fix
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP) ## queue benchmark (BENCH_ARGS="--runs 400 --sessions 50 …")
+	$(BIN)/python bench/queue/run.py $(BENCH_ARGS)
+
+clean: ## remove caches and build output (keeps .venv and .data, the dev database)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean ## also remove .venv and .data (the dev database and JWT secret)
+	rm -rf $(VENV) .data

@@ -1,0 +1,276 @@
+"""Memory benchmark: HNSW vector search and full hybrid search at 10k and 100k entries.
+
+A synthetic corpus (deterministic: topic vocabularies of pseudo-words, Zipf-ish sampling) is
+embedded with the offline embedder (256 dims, two processes), bulk-loaded with COPY into a fresh
+database, and the HNSW index is built after loading. Then, as one tenant through RLS like the app:
+
+* ANN: the app's vector-side query (`embedding::vector(256) <=> q`, top 10) on the HNSW index;
+* exact: the same query with `SET LOCAL enable_indexscan = off` (sequential scan, exact order);
+  recall@10 = |ANN top 10 ∩ exact top 10| / 10, averaged over the queries;
+* hybrid: the whole `search_memories` (query embedding, vector + full-text candidates, RRF,
+  weights, MMR, access-count update), limit 10.
+
+    .venv/bin/python bench/memory/run.py                 # 10k then 100k, ef_search 40 and 100
+    .venv/bin/python bench/memory/run.py --sizes 10000 --queries 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app.auth.principal import Principal  # noqa: E402
+from app.db.embedded import EmbeddedPostgres  # noqa: E402
+from app.db.engine import Database  # noqa: E402
+from app.db.migrate import upgrade_to_head  # noqa: E402
+from app.memory.embedders import OfflineEmbedder, hash_embed  # noqa: E402
+from app.memory.search import configure_hnsw, search_memories, vector_literal, vector_sql  # noqa: E402
+
+DIM = 256
+EMBEDDER = OfflineEmbedder(DIM)
+TENANT = Principal(user_id="bench", tenant_id="bench-0")
+HNSW = (
+    "CREATE INDEX agent_memory_entries_hnsw_256 ON agent_memory_entries "
+    "USING hnsw ((embedding::vector(256)) vector_cosine_ops) WHERE embedding_dim = 256"
+)
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "su",
+    "ra",
+    "to",
+    "vi",
+    "ze",
+    "pa",
+    "do",
+    "fu",
+    "gi",
+    "ha",
+    "jo",
+    "ku",
+    "le",
+    "ma",
+    "no",
+    "pi",
+    "ru",
+    "se",
+    "ti",
+    "wa",
+    "yo",
+]
+
+
+def _vocabulary(rng: random.Random, size: int) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+class Corpus:
+    """Deterministic synthetic memories: each entry mostly uses its topic's words."""
+
+    def __init__(self, seed: int = 42, topics: int = 300) -> None:
+        rng = random.Random(seed)
+        self.common = _vocabulary(rng, 3000)
+        self.topics = [rng.sample(self.common, 60) for _ in range(topics)]
+
+    def entry(self, i: int) -> str:
+        rng = random.Random(i)
+        topic = self.topics[i % len(self.topics)]
+        words = [
+            rng.choice(topic[: rng.choice((10, 30, 60))])
+            if rng.random() < 0.7
+            else rng.choice(self.common)
+            for _ in range(rng.randint(12, 40))
+        ]
+        return " ".join(words).capitalize() + "."
+
+    def query(self, i: int) -> str:
+        rng = random.Random(10_000_000 + i)
+        words = self.entry(rng.randrange(1_000_000)).rstrip(".").lower().split()
+        return " ".join(rng.sample(words, min(len(words), rng.randint(2, 5))))
+
+
+def _embed_row(args: tuple[int, str]) -> tuple[int, str, str]:
+    i, content = args
+    vector = hash_embed(content, DIM)
+    return i, content, "[" + ",".join(f"{v:.6g}" for v in vector) + "]"
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    u = make_url(url)
+    return psycopg.connect(
+        dbname=u.database or "postgres",
+        user=u.username,
+        password=u.password,
+        host=u.host or str(u.query.get("host")),
+        port=u.port,
+        autocommit=True,
+    )
+
+
+def load(url: str, corpus: Corpus, start: int, stop: int, tenants: int) -> tuple[float, float]:
+    """Embed and COPY entries [start, stop), then (re)build the HNSW index; (load s, build s)."""
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        rows = pool.imap(_embed_row, ((i, corpus.entry(i)) for i in range(start, stop)), 500)
+        with _connect(url) as conn:
+            conn.execute("DROP INDEX IF EXISTS agent_memory_entries_hnsw_256")
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY agent_memory_entries (tenant_id, content, tags, importance, embedding, "
+                    "embedder, embedding_dim, created_at, updated_at) FROM STDIN"
+                ) as copy,
+            ):
+                for i, content, vector in rows:
+                    copy.write_row(
+                        (
+                            f"bench-{i % tenants}",
+                            content,
+                            [f"t{i % 20}"],
+                            ((i * 31) % 100) / 100,
+                            vector,
+                            EMBEDDER.name,
+                            DIM,
+                            _ts(i),
+                            _ts(i),
+                        )
+                    )
+    loaded = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    with _connect(url) as conn:
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        conn.execute(HNSW)
+        conn.execute("VACUUM ANALYZE agent_memory_entries")
+    return loaded, time.perf_counter() - t1
+
+
+def _ts(i: int) -> str:
+    return f"2025-{1 + i % 12:02d}-{1 + i % 28:02d} 12:00:00+00"
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))]
+
+
+async def measure(url: str, corpus: Corpus, queries: int, ef_search: int) -> dict[str, Any]:
+    """Latencies (ms) of ANN, exact and hybrid search, and recall@10 of ANN vs exact."""
+    db = Database(url, pool_size=2)
+    sql = text(vector_sql(DIM))
+    ann_ms: list[float] = []
+    exact_ms: list[float] = []
+    hybrid_ms: list[float] = []
+    recalls: list[float] = []
+    try:
+        for i in range(queries):
+            query = corpus.query(i)
+            params = {
+                "qvec": vector_literal(hash_embed(query, DIM)),
+                "embedder": EMBEDDER.name,
+                "candidates": 10,
+            }
+            t = time.perf_counter()
+            async with db.tenant(TENANT) as s:
+                await configure_hnsw(s, ef_search)
+                ann = [r.id for r in await s.execute(sql, params)]
+            ann_ms.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            async with db.tenant(TENANT) as s:
+                await s.execute(text("SET LOCAL enable_indexscan = off"))
+                exact = [r.id for r in await s.execute(sql, params)]
+            exact_ms.append((time.perf_counter() - t) * 1000)
+            recalls.append(len(set(ann) & set(exact)) / max(1, len(exact)))
+            t = time.perf_counter()
+            await search_memories(db, TENANT, EMBEDDER, query, limit=10, ef_search=ef_search)
+            hybrid_ms.append((time.perf_counter() - t) * 1000)
+    finally:
+        await db.dispose()
+    return {"ann": ann_ms, "exact": exact_ms, "hybrid": hybrid_ms, "recall": recalls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--sizes", default="10000,100000", help="cumulative entry counts")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", default="40,100", help="hnsw.ef_search values")
+    parser.add_argument("--tenants", type=int, default=1, help="spread entries over N tenants")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    efs = [int(e) for e in args.ef_search.split(",")]
+
+    data_dir = Path(tempfile.mkdtemp(prefix="artm-", dir="/tmp"))
+    pg = None
+    server_url = os.environ.get("DATABASE_URL")
+    if not server_url:
+        pg = EmbeddedPostgres(data_dir)
+        server_url = pg.start()
+    rows: list[str] = []
+    try:
+        with _connect(server_url) as conn:
+            conn.execute("DROP DATABASE IF EXISTS bench_memory WITH (FORCE)")
+            conn.execute("CREATE DATABASE bench_memory")
+        url = (
+            make_url(server_url).set(database="bench_memory").render_as_string(hide_password=False)
+        )
+        upgrade_to_head(url)
+        corpus = Corpus()
+        done = 0
+        for size in sizes:
+            loaded, built = load(url, corpus, done, size, args.tenants)
+            done = size
+            print(
+                f"{size} entries: loaded in {loaded:.1f}s, HNSW built in {built:.1f}s", flush=True
+            )
+            for ef in efs:
+                m = asyncio.run(measure(url, corpus, args.queries, ef))
+                rows.append(
+                    f"| {size:,} | {ef} | {built:.1f} | {_pct(m['ann'], 50):.1f} / {_pct(m['ann'], 95):.1f} "
+                    f"| {_pct(m['exact'], 50):.1f} / {_pct(m['exact'], 95):.1f} "
+                    f"| {statistics.mean(m['recall']):.3f} "
+                    f"| {_pct(m['hybrid'], 50):.1f} / {_pct(m['hybrid'], 95):.1f} |"
+                )
+                print(rows[-1], flush=True)
+    finally:
+        if pg is not None:
+            pg.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    print(
+        f"\nqueries={args.queries} tenants={args.tenants} dim={DIM} embedder={EMBEDDER.name} "
+        f"cpus={os.cpu_count()}\n"
+    )
+    print(
+        "| entries | ef_search | HNSW build (s) | ANN top-10 p50 / p95 (ms) "
+        "| exact top-10 p50 / p95 (ms) | recall@10 | hybrid search p50 / p95 (ms) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
