@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint fmt bench clean distclean
+.PHONY: help setup sysdeps run test lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -24,12 +24,22 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP) ## create .venv and install the project with dev tools (when needed)
+setup: $(STAMP) sysdeps ## create .venv and install the project with dev tools (when needed)
 
-run: $(STAMP) ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
+# bubblewrap isolates run_python/run_shell (without it those tools refuse to run).
+sysdeps: ## install bubblewrap from the distribution when missing (as root with apt-get)
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (sandbox for run_python/run_shell)…"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "warning: bubblewrap (bwrap) is not installed: code-execution tools will refuse to run"; \
+	  fi; }
+
+run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
+test: $(STAMP) sysdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict

@@ -64,7 +64,7 @@ class Listener:
                 continue
             lost = asyncio.Event()
             try:
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 for channel, callback in self._callbacks.items():
                     await conn.add_listener(channel, _dispatch(callback))
                 self._connected.set()

@@ -14,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 from uuid import UUID
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -194,6 +194,34 @@ class Workspace:
             rows = (await s.execute(query.order_by(WorkspaceFile.path))).all()
         files = sorted((FileInfo(r.path, r.size, r.sha256) for r in rows), key=lambda f: f.path)
         return files[:MAX_LIST_ENTRIES], len(files) > MAX_LIST_ENTRIES
+
+    async def read_all(self) -> list[tuple[FileInfo, bytes]]:
+        """Every file of the workspace with its content, sorted by path (bounded by the caps)."""
+        async with self.db.tenant(self.principal) as s:
+            rows = (
+                await s.execute(
+                    select(
+                        WorkspaceFile.path,
+                        WorkspaceFile.size,
+                        WorkspaceFile.sha256,
+                        WorkspaceFile.content,
+                    )
+                    .where(WorkspaceFile.session_id == self.session_id)
+                    .order_by(WorkspaceFile.path)
+                )
+            ).all()
+        return [(FileInfo(r.path, r.size, r.sha256), bytes(r.content)) for r in rows]
+
+    async def delete(self, path: str) -> bool:
+        """Remove the file at `path` (normalised); whether there was one."""
+        path = normalize_path(path)
+        async with self.db.tenant(self.principal) as s:
+            gone = await s.scalar(
+                delete(WorkspaceFile)
+                .where(WorkspaceFile.session_id == self.session_id, WorkspaceFile.path == path)
+                .returning(WorkspaceFile.path)
+            )
+        return gone is not None
 
     async def _exists(self, s: AsyncSession, path: str) -> bool:
         found = await s.scalar(
