@@ -20,7 +20,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
 
@@ -44,6 +44,17 @@ class ModelRequest:
     system_prompt: str
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = field(default_factory=tuple)
+    response_schema: dict[str, Any] | None = None
+    """A JSON schema the answer's text must match (structured output), or None for free text.
+
+    Providers that support structured output should enforce it (Gemini: `response_mime_type=
+    "application/json"` + `response_json_schema`; OpenAI: `response_format={"type":
+    "json_schema", ...}`); others may ignore it: the caller parses the text as JSON (code fences
+    stripped) and validates it anyway.
+    """
+    purpose: Literal["chat", "plan"] = "chat"
+    """Why the call is made: `chat` (a normal turn) or `plan` (asking for a plan, see
+    `app.runtime.planning`); providers may use it for logging or routing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,14 @@ summarises them:
 After tool results it answers one line per result: `<tool name> ok: <result>` or
 `<tool name> failed: <error>`, the quote cut to at most 80 characters.
 
+Plan mode (`app.llm.offline_plan` has the details): asked for a plan (`purpose="plan"`), it
+answers plan JSON built from a `/plan step one; step two` line (steps may carry inline calls:
+`/plan write it /tool write_file {"path": "a", "content": "x"}; read it /tool read_file
+{"path": "a"}`), `/replan …` gives the steps of a revised plan, and `/plan-invalid` /
+`/plan-invalid-once` make every / the first plan answer malformed. Carrying out step N it makes
+the step's inline calls, then answers `Step N done: <description>` (`Step N failed: …` after a
+failed call).
+
 Usage is an estimate: `ceil(characters / 4)` of the request (system prompt, transcript JSON,
 tool specs JSON) for input tokens and of the answer (text and tool-call JSON) for output tokens.
 """
@@ -41,6 +49,7 @@ from app.llm.base import (
     ToolCallEvent,
     Usage,
 )
+from app.llm.offline_plan import StepTurn, plan_answer, step_summary, step_turn
 from app.runtime.messages import ToolCall, ToolResult, UserMessage, dump_message
 
 ECHO_PREFIX = "You said: "
@@ -149,6 +158,16 @@ class OfflineModel(Model):
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Apply the rules to the request's latest messages."""
         input_tokens = estimate_tokens(_request_chars(request))
+        if request.purpose == "plan":
+            text = plan_answer(request.messages, parse_args)
+            for chunk in split_chunks(text):
+                yield TextDelta(chunk)
+            yield Usage(input_tokens, estimate_tokens(len(text)))
+            return
+        if (step := step_turn(request.messages, parse_args)) is not None:
+            async for event in _step_events(step, request.messages, input_tokens):
+                yield event
+            return
         position, user = _latest_user(request.messages)
         message = user.text if user is not None else ""
         directives = parse_directives(message)
@@ -181,3 +200,25 @@ class OfflineModel(Model):
             yield TextDelta(chunk)
             await asyncio.sleep(0)  # a real stream yields to the event loop between chunks
         yield Usage(input_tokens, estimate_tokens(sum(len(c) for c in chunks)))
+
+
+async def _step_events(
+    step: StepTurn, messages: Sequence[Message], input_tokens: int
+) -> AsyncIterator[ModelEvent]:
+    """A turn of plan step `step.index`: its calls, or its answer."""
+    results = _trailing_results(messages[step.position + 1 :])
+    if not results and step.calls:
+        out_chars = 0
+        for i, (name, args, line) in enumerate(step.calls):
+            out_chars += len(name) + len(json.dumps(args))
+            yield ToolCallEvent(ToolCall(id=_call_id(step.position, i, line), name=name, args=args))
+        yield Usage(input_tokens, estimate_tokens(out_chars))
+        return
+    if results:
+        text = step_summary(step, results, [summary_line(r) for r in results])
+    else:
+        text = f"Step {step.index} done: {step.description}"
+    for chunk in split_chunks(text):
+        yield TextDelta(chunk)
+        await asyncio.sleep(0)
+    yield Usage(input_tokens, estimate_tokens(len(text)))

@@ -25,6 +25,21 @@ MODEL_RETRY: Final = "model.retry"
 """A model call failed transiently and is retried: `{attempt, delaySeconds, reason}`."""
 ASSISTANT_RESET: Final = "assistant.reset"
 """The model call restarts: drop the turn's partial text and thinking streamed so far."""
+APPROVAL_REQUIRED: Final = "approval.required"
+"""A tool call waits for a human: `{approvalId, toolCallId, tool, args, risk, reason, expiresAt}`."""
+APPROVAL_RESOLVED: Final = "approval.resolved"
+"""`{approvalId, decision (approve|deny|expired), decidedBy, reason?, trustSeconds?}`."""
+
+STATE_CHANGED: Final = "state.changed"
+"""The loop moved to another state (`app.runtime.states`): `{from, to}`."""
+PLAN_CREATED: Final = "plan.created"
+"""Plan mode: the run's plan, `{plan: {steps: [{index, description, tools, status}]}}`."""
+PLAN_STEP: Final = "plan.step"
+"""Plan mode: a step's status changed, `{index, status (running|done|failed|skipped), reason?}`."""
+PLAN_UPDATED: Final = "plan.updated"
+"""Plan mode: the plan was revised after a failed step, `{plan, revision, reason}`."""
+PLAN_INVALID: Final = "plan.invalid"
+"""Plan mode: the model's plan was rejected, `{attempt, error}` (re-asked once, then the run fails)."""
 
 TERMINAL_EVENTS: Final = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})

@@ -2,38 +2,49 @@
 
 Phases, each in its own module and each storing what it did before the next starts:
 
-1. preparation (`prepare_run`, here): the agent's settings, the stored transcript, the run's
-   user message (appended once per run, not per attempt);
+1. preparation (`prepare_run`, here): the agent's settings and limits, the stored transcript, the
+   run's clock (time since it first started, tokens used); the run's user message is appended
+   once per run, not per attempt;
 2. resumption check (`RunState`): a stored final answer finishes the run; pending tool calls of
    the latest assistant message are executed before the model is called again;
-3. model turn (`model_turn.run_model_turn`): context (`context.build_context`), streamed call,
-   stored assistant message and usage;
-4. tool execution (`tool_execution.execute_tool_calls`);
-5. repeat 2–4 until a final answer or `max_turns`; finish `completed` or `failed`.
+3. chat mode (`conversation.converse`): model turns (`model_turn.run_model_turn`: context,
+   streamed call, stored assistant message and usage) and tool executions
+   (`tool_execution.execute_tool_calls`) until a final answer or `max_turns`;
+   plan mode (`plan_mode.drive_plan`): a plan, then each step through the same turn loop;
+4. finish `completed` or `failed`.
+
+The state machine (`states`) records every move as `state.changed`; limits (`limits`) end the run
+with `max_turns_exceeded`, `run_timeout` or `token_budget_exceeded`, the timeout interrupting
+whatever is in flight.
 
 Cancellation is the worker's business: it cancels the task running `execute_run` and finishes
-the run itself, so `CancelledError` (like `LeaseLostError`) always propagates from here.
+the run itself, so `CancelledError` (like `LeaseLostError`, and `AwaitingApproval`, which parks
+the run) always propagates from here.
 """
 
 from __future__ import annotations
 
 import structlog
+from pydantic import ValidationError
 
 from app.config import Settings
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
 from app.queue.lease import LeasedRun
+from app.runtime.agent_settings import AgentSettings
+from app.runtime.conversation import converse
+from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.messages import UserMessage
-from app.runtime.model_turn import run_model_turn
+from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.state import AgentConfig, Entry, RunFailed, RunState
-from app.runtime.tool_execution import execute_tool_calls
+from app.runtime.states import COMPLETED, FAILED
 from app.tools.registry import ToolRegistry, default_tool_registry
 
 log = structlog.get_logger(__name__)
 
-MAX_TURNS_EXCEEDED = "max_turns_exceeded"
 AGENT_NOT_FOUND = "agent_not_found"
+AGENT_INVALID = "agent_invalid"
 
 
 async def execute_run(
@@ -45,55 +56,77 @@ async def execute_run(
 ) -> None:
     """Run the agent loop for `leased` to its end and finish the run completed or failed."""
     models = models if models is not None else ModelRegistry.from_settings(settings)
-    tools = tools if tools is not None else default_tool_registry()
+    tools = tools if tools is not None else default_tool_registry(settings)
     log_ = log.bind(run_id=str(leased.run.id), attempt=leased.run.attempt)
+    state: RunState | None = None
     try:
         state = await prepare_run(leased, settings=settings, tools=tools)
-        answer = await drive(state, models)
+        answer = await drive_in_time(state, models)
     except ModelError as exc:
         failure = RunFailed(exc.code, exc.message)
     except RunFailed as exc:
         failure = exc
     else:
+        assert state is not None
+        await state.transition(COMPLETED)
         await leased.finish("completed", result={"text": answer})
         log_.info("run completed")
         return
     log_.info("run failed", code=failure.code, reason=failure.message)
+    if state is not None:
+        await state.transition(FAILED)
     await leased.finish("failed", error=failure.as_error())
 
 
 async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegistry) -> RunState:
-    """Load the agent and the stored transcript (without storing anything yet)."""
+    """Load the agent, the stored transcript and the run's clock (without storing anything)."""
     async with leased.db.tenant(leased.run.principal) as s:
         agent = await s.get(Agent, leased.run.agent_id)
         if agent is None:
             raise RunFailed(AGENT_NOT_FOUND, f"agent {leased.run.agent_id} not found")
+        try:
+            extra = AgentSettings.of(agent.settings)
+        except ValidationError as exc:
+            raise RunFailed(
+                AGENT_INVALID, f"agent {agent.id} has invalid settings: {exc}"
+            ) from None
         config = AgentConfig(
-            model=agent.model, system_prompt=agent.system_prompt or "", max_turns=agent.max_turns
+            model=agent.model,
+            system_prompt=agent.system_prompt or "",
+            max_turns=agent.max_turns,
+            mode=extra.mode,
+            timeout_seconds=float(extra.timeout_seconds or settings.run_timeout_seconds),
+            token_budget=extra.token_budget,
         )
     transcript = [Entry.stored(row) for row in await leased.load_transcript()]
+    elapsed, tokens = await run_clock(leased)
     return RunState(
-        leased=leased, settings=settings, agent=config, tools=tools, transcript=transcript
+        leased=leased,
+        settings=settings,
+        agent=config,
+        tools=tools,
+        transcript=transcript,
+        tokens_used=tokens,
+        deadline=deadline_after(elapsed, config.timeout_seconds),
     )
 
 
+async def drive_in_time(state: RunState, models: ModelRegistry) -> str:
+    """`drive`, interrupted at the run's deadline (`run_timeout`)."""
+    return await within_deadline(state, lambda: drive(state, models))
+
+
 async def drive(state: RunState, models: ModelRegistry) -> str:
-    """Alternate model turns and tool executions until a final answer; returns its text."""
-    if (answer := state.final_answer()) is not None:
+    """Chat or plan mode until the run's final answer; returns its text."""
+    check_tokens(state)  # a resumed attempt of a run already over its budget
+    plan_mode = in_plan_mode(state)
+    if not plan_mode and (answer := state.final_answer()) is not None:
         return answer  # a previous attempt stored the answer, then died before finishing
     state.model = models.resolve(state.agent.model)
     if not state.own():
         question = UserMessage(text=str(state.leased.run.input.get("message", "")))
         await state.leased.append([question])
         state.record(question)
-    while True:
-        if pending := state.pending_tool_calls():
-            await execute_tool_calls(state, pending)
-        if state.turns_used() >= state.agent.max_turns:
-            raise RunFailed(
-                MAX_TURNS_EXCEEDED,
-                f"no final answer within the agent's limit of {state.agent.max_turns} model turns",
-            )
-        message = await run_model_turn(state)
-        if not message.tool_calls:
-            return message.text
+    if plan_mode:
+        return await drive_plan(state)
+    return (await converse(state)).text

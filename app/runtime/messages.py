@@ -1,4 +1,9 @@
-"""Transcript entries: one tagged union, stored as `session_messages.payload` and exported as JSONL."""
+"""Transcript entries: one tagged union, stored as `session_messages.payload` and exported as JSONL.
+
+Plan mode (`app.runtime.planning`) adds no kind, so providers and exports need no change: a plan is
+an assistant message with `plan` set (its `text` renders the plan), and the runtime's instruction
+to carry out a step is a user message with `step` set.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +25,44 @@ class ToolCall(_Model):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
+PlanStepStatus = Literal["pending", "running", "done", "failed", "skipped"]
+"""A plan step's status: pending → running → done | failed; pending → skipped (replaced by a
+revision of the plan)."""
+
+
+class PlanStep(_Model):
+    """One step of a run's plan (plan mode)."""
+
+    index: int
+    """1-based position; stable across revisions (a revision appends steps)."""
+    description: str
+    tools: list[str] = Field(default_factory=list)
+    """Names of the tools the step is expected to use."""
+    status: PlanStepStatus = "pending"
+
+
+class Plan(_Model):
+    """A run's plan: its steps in order and their statuses when it was stored."""
+
+    steps: list[PlanStep]
+    revision: int = 0
+    """0: the first plan; n: the n-th revision."""
+    reason: str | None = None
+    """Why it was revised (the failed step), for revisions."""
+
+
 class UserMessage(_Model):
-    """What the user posted."""
+    """What the user posted (or, with `step`, the runtime's instruction for one plan step)."""
 
     kind: Literal["user"] = "user"
     text: str
+    step: int | None = Field(default=None, exclude_if=_absent)
+    """Plan mode: this message tells the model to carry out step `step` of the run's plan (it is
+    not the user's text, and marks where the step's turns begin). Omitted from JSON when unset."""
 
 
 class AssistantMessage(_Model):
@@ -33,6 +71,9 @@ class AssistantMessage(_Model):
     kind: Literal["assistant"] = "assistant"
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    plan: Plan | None = Field(default=None, exclude_if=_absent)
+    """Plan mode: this turn is the run's plan (first or revised); `text` is its rendering for
+    models, which see only the text. Omitted from JSON when unset."""
 
 
 class ToolResult(_Model):

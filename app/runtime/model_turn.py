@@ -2,16 +2,21 @@
 
 Text chunks are stored as `assistant.delta` events as they arrive (reasoning as
 `thinking.delta`, retries of the call as `model.retry`); the complete assistant message (text and
-tool calls) is appended to the transcript together with its `assistant.message` event in one
-transaction; then the call's token usage is added to the run with a `usage` event. When the
-provider restarts its answer (`StreamReset`) the partial turn is dropped and `assistant.reset`
-tells clients to drop its deltas too. A `ModelError` propagates (nothing of the failed turn is
-stored but the deltas already streamed).
+tool calls) is appended to the transcript together with its `assistant.message` event (and any
+events the caller derives from the message, e.g. a plan step's outcome) in one transaction; then
+the call's token usage is added to the run with a `usage` event and checked against the run's
+token budget. When the provider restarts its answer (`StreamReset`) the partial turn is dropped
+and `assistant.reset` tells clients to drop its deltas too. A `ModelError` propagates (nothing of
+the failed turn is stored but the deltas already streamed).
+
+The state machine goes `thinking` when the call starts and `responding` at its first text chunk.
+`stream_turn` and `record_usage` are also used for calls whose text is not streamed to clients
+(plan requests, `app.runtime.plan_mode`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -25,17 +30,20 @@ from app.llm.base import (
     ToolCallEvent,
     Usage,
 )
+from app.queue.events import EventSpec
 from app.runtime import events as ev
 from app.runtime.context import build_context
+from app.runtime.limits import check_tokens
 from app.runtime.messages import AssistantMessage, ToolCall
 from app.runtime.state import RunState
+from app.runtime.states import RESPONDING, THINKING
 
-THINKING = "thinking"
-RESPONDING = "responding"
+ExtraEvents = Callable[[AssistantMessage], Sequence[EventSpec]]
+"""Events to store together with a turn's message, derived from it."""
 
 
 @dataclass(slots=True)
-class _Turn:
+class Turn:
     """What the model streamed in one call."""
 
     text: list[str] = field(default_factory=list)
@@ -43,43 +51,59 @@ class _Turn:
     usage: Usage | None = None
 
 
-async def run_model_turn(state: RunState) -> AssistantMessage:
+async def run_model_turn(
+    state: RunState, extra_events: ExtraEvents | None = None
+) -> AssistantMessage:
     """Call the model on the current context; store and return its message."""
-    await state.leased.set_state(THINKING)
-    turn = await _stream(state)
-    message = AssistantMessage(
-        text="".join(turn.text),
-        tool_calls=unique_tool_call_ids(turn.calls, state.tool_call_ids()),
-    )
-    tool_calls = [c.model_dump(mode="json", by_alias=True) for c in message.tool_calls]
-    await state.leased.append(
-        [message], events=[(ev.ASSISTANT_MESSAGE, {"text": message.text, "toolCalls": tool_calls})]
-    )
-    state.record(message)
-    if turn.usage is not None:
-        usage = {"inputTokens": turn.usage.input_tokens, "outputTokens": turn.usage.output_tokens}
-        await state.leased.add_usage(
-            turn.usage.input_tokens, turn.usage.output_tokens, events=[(ev.USAGE, usage)]
-        )
-    return message
-
-
-async def _stream(state: RunState) -> _Turn:
-    """The streaming call: each text chunk is stored as an `assistant.delta` as it arrives."""
-    assert state.model is not None, "the model is resolved before the first turn"
+    await state.transition(THINKING)
     request = ModelRequest(
         system_prompt=state.agent.system_prompt,
         messages=build_context(state.transcript),
         tools=state.tools.specs(),
     )
-    turn = _Turn()
+    turn = await stream_turn(state, request)
+    message = AssistantMessage(
+        text="".join(turn.text),
+        tool_calls=unique_tool_call_ids(turn.calls, state.tool_call_ids()),
+    )
+    tool_calls = [c.model_dump(mode="json", by_alias=True) for c in message.tool_calls]
+    events: list[EventSpec] = [
+        (ev.ASSISTANT_MESSAGE, {"text": message.text, "toolCalls": tool_calls})
+    ]
+    if extra_events is not None:
+        events.extend(extra_events(message))
+    await state.leased.append([message], events=events)
+    state.record(message)
+    await record_usage(state, turn.usage)
+    return message
+
+
+async def record_usage(state: RunState, usage: Usage | None) -> None:
+    """Add a call's usage to the run (with a `usage` event); fail the run over its budget."""
+    if usage is None:
+        return
+    tokens = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
+    await state.leased.add_usage(
+        usage.input_tokens, usage.output_tokens, events=[(ev.USAGE, tokens)]
+    )
+    state.tokens_used += usage.input_tokens + usage.output_tokens
+    check_tokens(state)
+
+
+async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bool = True) -> Turn:
+    """The call. With `stream_text`, each text chunk is stored as an `assistant.delta` as it
+    arrives (and the first one moves the state to `responding`); without, text is only
+    collected."""
+    assert state.model is not None, "the model is resolved before the first turn"
+    turn = Turn()
     async with _closing(state.model.stream(request)) as stream:
         async for event in stream:
             if isinstance(event, TextDelta) and event.text:
-                if not turn.text:
-                    await state.leased.set_state(RESPONDING)
+                if stream_text and not turn.text:
+                    await state.transition(RESPONDING)
                 turn.text.append(event.text)
-                await state.leased.emit(ev.ASSISTANT_DELTA, {"text": event.text})
+                if stream_text:
+                    await state.leased.emit(ev.ASSISTANT_DELTA, {"text": event.text})
             elif isinstance(event, ToolCallEvent):
                 turn.calls.append(event.call)
             elif isinstance(event, Usage):
@@ -90,7 +114,7 @@ async def _stream(state: RunState) -> _Turn:
                 retry = {"attempt": event.attempt, "delaySeconds": event.delay_seconds}
                 await state.leased.emit(ev.MODEL_RETRY, {**retry, "reason": event.reason})
             elif isinstance(event, StreamReset):
-                turn = _Turn()
+                turn = Turn()
                 await state.leased.emit(ev.ASSISTANT_RESET, {})
     return turn
 

@@ -3,7 +3,8 @@
 Everything the loop decides is derived from the transcript as stored (plus what this attempt
 appended), so a resumed attempt and a fresh one go through the same code: pending tool calls are
 the latest assistant message's calls without a stored result, and a stored final assistant
-message means the run only has to be finished.
+message means the run only has to be finished. (Plan mode derives its progress the same way, in
+`app.runtime.planning`.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from uuid import UUID
 from app.config import Settings
 from app.llm.base import Message, Model
 from app.queue.lease import LeasedRun, StoredMessage
+from app.runtime.agent_settings import AgentMode
 from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
+from app.runtime.states import QUEUED, record_transition
 from app.tools.registry import ToolRegistry
 
 
@@ -34,11 +37,17 @@ class RunFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
-    """The agent settings the loop uses (from the `agents` row)."""
+    """The agent settings the loop uses (from the `agents` row and its `settings`)."""
 
     model: str
     system_prompt: str
     max_turns: int
+    """Model turns per run (chat mode) or per step (plan mode)."""
+    mode: AgentMode = "chat"
+    timeout_seconds: float = 600.0
+    """Wall-clock limit of the run, counted from its first start."""
+    token_budget: int | None = None
+    """Most input + output tokens the run may use (None: unlimited)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,12 @@ class RunState:
     tools: ToolRegistry
     transcript: list[Entry] = field(default_factory=list)
     model: Model | None = None
+    current: str = QUEUED
+    """The state machine's state (`app.runtime.states`); every attempt starts `queued`."""
+    tokens_used: int = 0
+    """Input + output tokens of the run so far (all attempts)."""
+    deadline: float | None = None
+    """When the run times out, in `loop.time()` terms (set by `prepare_run`)."""
 
     @property
     def run_id(self) -> UUID:
@@ -78,9 +93,18 @@ class RunState:
         """Remember a message this attempt has just stored."""
         self.transcript.append(Entry(run_id=self.run_id, message=message))
 
-    def turns_used(self) -> int:
-        """Model turns this run has completed (stored assistant messages, all attempts)."""
-        return sum(isinstance(m, AssistantMessage) for m in self.own())
+    async def transition(self, to: str) -> None:
+        """Move the state machine to `to` (recorded and streamed); staying put is a no-op."""
+        if to != self.current:
+            await record_transition(self.leased, self.current, to)
+            self.current = to
+
+    def turns_used(self, since: int = 0) -> int:
+        """Model turns stored by this run (all attempts) from position `since` of `own()` on.
+
+        Plans are not turns: they are bounded by the plan protocol, not by `max_turns`.
+        """
+        return sum(isinstance(m, AssistantMessage) and m.plan is None for m in self.own()[since:])
 
     def pending_tool_calls(self) -> list[ToolCall]:
         """Calls of the run's latest assistant message that have no stored result yet."""
@@ -94,8 +118,9 @@ class RunState:
     def final_answer(self) -> str | None:
         """The text of the run's stored final answer (an assistant message without calls)."""
         own = self.own()
-        if own and isinstance(own[-1], AssistantMessage) and not own[-1].tool_calls:
-            return own[-1].text
+        last = own[-1] if own else None
+        if isinstance(last, AssistantMessage) and not last.tool_calls and last.plan is None:
+            return last.text
         return None
 
     def tool_call_ids(self) -> set[str]:

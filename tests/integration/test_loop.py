@@ -113,8 +113,11 @@ async def crash_and_resume(queue: RunQueue, dead: LeasedRun, worker: str = "w2")
     return leased
 
 
-async def events(leased: LeasedRun) -> list[tuple[str, dict[str, Any]]]:
-    """The run's events in order, after checking that seqs run 1, 2, 3, … without gaps."""
+async def events(
+    leased: LeasedRun, *, with_states: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
+    """The run's events in order, after checking that seqs run 1, 2, 3, … without gaps
+    (`state.changed` left out unless `with_states`: see `test_state_changes_of_a_tool_run`)."""
     async with leased.db.tenant(leased.run.principal) as s:
         rows = list(
             await s.scalars(
@@ -122,7 +125,7 @@ async def events(leased: LeasedRun) -> list[tuple[str, dict[str, Any]]]:
             )
         )
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
-    return [(r.type, r.data) for r in rows]
+    return [(r.type, r.data) for r in rows if with_states or r.type != ev.STATE_CHANGED]
 
 
 def types(evs: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -235,6 +238,26 @@ async def test_workspace_persists_across_runs_of_a_session(
     assert "hi 1" in result["text"]
     whole = await transcript(second, run_only=False)
     assert [m.kind for m in whole] == ["user", "assistant", "tool_result", "assistant"] * 2
+
+
+async def test_state_changes_of_a_tool_run(queue: RunQueue, alice: Principal) -> None:
+    leased = await start(queue, alice, tool_line("list_files"))
+    await execute_run(leased, settings=SETTINGS)
+    evs = await events(leased, with_states=True)
+    changes = [(d["from"], d["to"]) for t, d in evs if t == ev.STATE_CHANGED]
+    assert changes == [
+        ("queued", "thinking"),
+        ("thinking", "tool_calling"),
+        ("tool_calling", "observing"),
+        ("observing", "thinking"),
+        ("thinking", "responding"),
+        ("responding", "completed"),
+    ]
+    # each change is stored before what happens in the new state
+    order = [t if t != ev.STATE_CHANGED else d["to"] for t, d in evs]
+    assert order.index("tool_calling") < order.index(ev.TOOL_STARTED)
+    assert order.index("completed") == order.index(ev.RUN_COMPLETED) - 1
+    assert (await run_row(leased)).state is None  # finishing clears it
 
 
 @pytest.mark.parametrize(

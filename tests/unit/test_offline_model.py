@@ -115,7 +115,7 @@ async def test_sleep_waits_then_answers() -> None:
 
 
 async def test_sleep_waits_before_the_answer_not_before_tool_calls() -> None:
-    user = UserMessage(text='/tool list_files\n/sleep 150')
+    user = UserMessage(text="/tool list_files\n/sleep 150")
     begin = time.monotonic()
     first = await collect(user)
     assert time.monotonic() - begin < 0.1 and len(calls_of(first)) == 1

@@ -1,0 +1,169 @@
+"""Request and response bodies of the agents API (camelCase on the wire).
+
+`mode`, `timeoutSeconds` and `tokenBudget` are kept in `agents.settings`
+(`app.runtime.agent_settings.AgentSettings`); the rest are columns of `agents`.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import ConfigDict, Field, field_validator
+
+from app.api.schemas import MAX_MESSAGE_CHARS, ApiModel
+from app.runtime.agent_settings import MAX_TIMEOUT_SECONDS, MAX_TOKEN_BUDGET, AgentMode
+
+MAX_NAME_CHARS = 100
+MAX_TURNS_LIMIT = 100  # the `agents.max_turns` CHECK constraint
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:_./@+-]*$"
+
+
+def _name(default: Any = ...) -> Any:
+    return Field(
+        default, min_length=1, max_length=MAX_NAME_CHARS, description="Unique within the tenant."
+    )
+
+
+def _model(default: Any = None) -> Any:
+    return Field(
+        default,
+        min_length=1,
+        max_length=200,
+        pattern=MODEL_PATTERN,
+        description="`offline`, `gemini-…`, `openai:…` or `default` (checked when a run starts); "
+        "omitted on create: the server's DEFAULT_MODEL.",
+    )
+
+
+def _prompt(default: Any = None) -> Any:
+    return Field(default, max_length=MAX_MESSAGE_CHARS, description="The system prompt.")
+
+
+def _turns(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=MAX_TURNS_LIMIT,
+        description="Model turns per run (per step in plan mode); omitted on create: the "
+        "server's MAX_TURNS.",
+    )
+
+
+def _mode(default: Any) -> Any:
+    return Field(
+        default, description="`chat`: answer directly; `plan`: plan first, then run the steps."
+    )
+
+
+def _timeout(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Wall-clock limit of a run in seconds; null: the server's RUN_TIMEOUT_SECONDS.",
+    )
+
+
+def _budget(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=MAX_TOKEN_BUDGET,
+        description="Most input + output tokens per run; null: unlimited.",
+    )
+
+
+def _check_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or whitespace only")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _check_prompt(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    return value
+
+
+class AgentCreate(ApiModel):
+    """A new agent of the caller's tenant (owned by the caller)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"name": "planner", "mode": "plan", "maxTurns": 6, "tokenBudget": 50000}]
+        },
+    )
+
+    name: str = _name()
+    model: str | None = _model()
+    system_prompt: str | None = _prompt()
+    max_turns: int | None = _turns()
+    mode: AgentMode = _mode("chat")
+    timeout_seconds: int | None = _timeout()
+    token_budget: int | None = _budget()
+
+    _valid_name = field_validator("name")(_check_name)
+    _valid_prompt = field_validator("system_prompt")(_check_prompt)
+
+
+class AgentUpdate(ApiModel):
+    """Changes to an agent; omitted fields stay as they are. `timeoutSeconds` and `tokenBudget`
+    may be null (back to the server default / unlimited); other fields may not."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"mode": "chat"}]})
+
+    name: str | None = _name(None)
+    model: str | None = _model()
+    system_prompt: str | None = _prompt()
+    max_turns: int | None = _turns()
+    mode: AgentMode | None = _mode(None)
+    timeout_seconds: int | None = _timeout()
+    token_budget: int | None = _budget()
+
+    @field_validator("name", "model", "system_prompt", "max_turns", "mode", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        """Explicit nulls are refused where there is no "unset" value to go back to."""
+        if value is None:
+            raise ValueError("must not be null")
+        return value
+
+    _valid_name = field_validator("name")(_check_name)
+    _valid_prompt = field_validator("system_prompt")(_check_prompt)
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the request sets (Python names), nulls included."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class AgentOut(ApiModel):
+    """An agent."""
+
+    id: UUID
+    name: str
+    model: str
+    system_prompt: str
+    max_turns: int
+    mode: AgentMode
+    timeout_seconds: int | None = Field(description="null: the server's RUN_TIMEOUT_SECONDS.")
+    token_budget: int | None = Field(description="null: unlimited.")
+    is_default: bool = Field(description="Runs posted without `agentId` use the default agent.")
+    owner_user_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class AgentList(ApiModel):
+    """The tenant's agents, the default agent first, then oldest first."""
+
+    agents: list[AgentOut]

@@ -1,0 +1,169 @@
+"""Agents: create, list, read and change the tenant's agent configurations.
+
+The tenant's default agent (used by runs posted without `agentId`) is created with the server
+defaults on the tenant's first run, or by the first `GET /agents`, so it can be configured before
+any run. Names are unique per tenant (409). Another tenant's agent is 404, like any unknown id.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Path
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+
+from app.api.agent_schemas import AgentCreate, AgentList, AgentOut, AgentUpdate
+from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
+from app.api.errors import ApiError
+from app.api.schemas import error_responses
+from app.db.models import Agent
+from app.runtime.agent_settings import AgentSettings, merge_settings
+from app.runtime.agents import default_agent
+
+router = APIRouter(prefix="/api/agent-runtime/agents", tags=["agents"])
+
+NAME_CONSTRAINT = "agents_tenant_name_key"
+AgentIdPath = Annotated[UUID, Path(alias="agentId", description="The agent's id.")]
+_SETTINGS_FIELDS = ("mode", "timeout_seconds", "token_budget")
+_COLUMN_FIELDS = ("name", "model", "system_prompt", "max_turns")
+
+
+def readable_settings(stored: dict[str, Any] | None) -> AgentSettings:
+    """The stored settings, or the defaults where they cannot be read (edited by hand)."""
+    try:
+        return AgentSettings.of(stored)
+    except ValueError:
+        return AgentSettings()
+
+
+def agent_out(agent: Agent) -> AgentOut:
+    """An `agents` row as the API shows it."""
+    extra = readable_settings(agent.settings)
+    return AgentOut(
+        id=agent.id,
+        name=agent.name,
+        model=agent.model,
+        system_prompt=agent.system_prompt,
+        max_turns=agent.max_turns,
+        mode=extra.mode,
+        timeout_seconds=extra.timeout_seconds,
+        token_budget=extra.token_budget,
+        is_default=agent.is_default,
+        owner_user_id=agent.owner_user_id,
+        created_at=agent.created_at,
+        updated_at=agent.updated_at,
+    )
+
+
+def _not_found(agent_id: UUID) -> ApiError:
+    return ApiError(404, f"agent {agent_id} not found", field="agentId")
+
+
+def _conflict(exc: IntegrityError, name: str | None) -> ApiError:
+    if NAME_CONSTRAINT in str(exc.orig):
+        return ApiError(409, f"an agent named {name!r} already exists", field="name")
+    raise exc
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=AgentOut,
+    responses=error_responses(400, 401, 409, 413, 415, 422),
+)
+async def create_agent(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    _json: JsonBody,
+    body: AgentCreate,
+) -> AgentOut:
+    """Create an agent owned by the caller (omitted fields: the server defaults)."""
+    extra = AgentSettings(
+        mode=body.mode, timeout_seconds=body.timeout_seconds, token_budget=body.token_budget
+    )
+    try:
+        async with db.tenant(principal) as s:
+            agent = await s.scalar(
+                insert(Agent)
+                .values(
+                    tenant_id=principal.tenant_id,
+                    name=body.name,
+                    model=body.model or settings.default_model,
+                    system_prompt=body.system_prompt or "",
+                    max_turns=body.max_turns or min(settings.max_turns, 100),
+                    owner_user_id=principal.user_id,
+                    settings=extra.dump(),
+                )
+                .returning(Agent)
+            )
+    except IntegrityError as exc:
+        raise _conflict(exc, body.name) from None
+    assert agent is not None
+    return agent_out(agent)
+
+
+@router.get("", response_model=AgentList, responses=error_responses(401))
+async def list_agents(
+    principal: CurrentPrincipal, db: DatabaseDep, settings: SettingsDep
+) -> AgentList:
+    """The tenant's agents, the default agent first (created now if the tenant has none yet)."""
+    async with db.tenant(principal) as s:
+        await default_agent(
+            s, principal, model=settings.default_model, max_turns=min(settings.max_turns, 100)
+        )
+        rows = await s.scalars(
+            select(Agent).order_by(Agent.is_default.desc(), Agent.created_at, Agent.name)
+        )
+        return AgentList(agents=[agent_out(a) for a in rows])
+
+
+@router.get("/{agentId}", response_model=AgentOut, responses=error_responses(401, 404, 422))
+async def get_agent(
+    principal: CurrentPrincipal, db: DatabaseDep, agent_id: AgentIdPath
+) -> AgentOut:
+    """One agent of the tenant."""
+    async with db.tenant(principal) as s:
+        agent = await s.get(Agent, agent_id)
+        if agent is None:
+            raise _not_found(agent_id)
+        return agent_out(agent)
+
+
+@router.patch(
+    "/{agentId}",
+    response_model=AgentOut,
+    responses=error_responses(400, 401, 404, 409, 413, 415, 422),
+)
+async def update_agent(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    _json: JsonBody,
+    agent_id: AgentIdPath,
+    body: AgentUpdate,
+) -> AgentOut:
+    """Change an agent; runs already started keep the settings they began with, except that a
+    resumed attempt reads the agent again."""
+    changes = body.changes()
+    try:
+        async with db.tenant(principal) as s:
+            agent = await s.get(Agent, agent_id, with_for_update=True)
+            if agent is None:
+                raise _not_found(agent_id)
+            values: dict[str, Any] = {k: v for k, v in changes.items() if k in _COLUMN_FIELDS}
+            if any(k in changes for k in _SETTINGS_FIELDS):
+                current = readable_settings(agent.settings).model_dump()
+                updated = AgentSettings.model_validate(
+                    {**current, **{k: v for k, v in changes.items() if k in _SETTINGS_FIELDS}}
+                )
+                values["settings"] = merge_settings(agent.settings, updated)
+            if values:
+                values["updated_at"] = func.now()
+                await s.execute(update(Agent).where(Agent.id == agent_id).values(**values))
+                await s.refresh(agent)
+            return agent_out(agent)
+    except IntegrityError as exc:
+        raise _conflict(exc, changes.get("name")) from None

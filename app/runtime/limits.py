@@ -1,0 +1,103 @@
+"""Per-run limits: model turns, wall-clock time, tokens. Each ends the run `failed` with its code.
+
+* `max_turns_exceeded`: the agent's `maxTurns` model turns went by without a final answer (in plan
+  mode: per step);
+* `run_timeout`: the agent's `timeoutSeconds` (default `RUN_TIMEOUT_SECONDS`) passed since the run
+  first started. The clock is the run row's `started_at` as measured by the database, so a
+  resumed attempt gets only what is left, and worker clocks do not matter. The deadline
+  interrupts whatever is in flight (a model call, a tool);
+* `token_budget_exceeded`: the run's input + output tokens (all attempts, as the providers
+  report them) went over the agent's `tokenBudget`; checked after every model call.
+
+A deadline is told apart from the worker's cancellation (user cancel, shutdown): only the
+`asyncio.timeout` that expired turns into `run_timeout`; `CancelledError` always propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sqlalchemy import extract, func, select
+
+from app.db.models import Run
+from app.queue.lease import LeasedRun
+from app.runtime.state import RunFailed, RunState
+
+MAX_TURNS_EXCEEDED = "max_turns_exceeded"
+RUN_TIMEOUT = "run_timeout"
+TOKEN_BUDGET_EXCEEDED = "token_budget_exceeded"
+
+T = TypeVar("T")
+
+
+async def run_clock(leased: LeasedRun) -> tuple[float, int]:
+    """Seconds since the run first started (database time) and the tokens it has used."""
+    async with leased.db.tenant(leased.run.principal) as s:
+        row = (
+            await s.execute(
+                select(
+                    extract("epoch", func.now() - func.coalesce(Run.started_at, func.now())),
+                    Run.input_tokens + Run.output_tokens,
+                ).where(Run.id == leased.run.id)
+            )
+        ).one()
+    return float(row[0]), int(row[1])
+
+
+def deadline_after(elapsed: float, timeout_seconds: float) -> float:
+    """The run's deadline in `loop.time()` terms, given how long it has been running."""
+    return asyncio.get_running_loop().time() + timeout_seconds - elapsed
+
+
+def turns_exceeded(state: RunState, *, step: int | None = None) -> RunFailed:
+    """The failure of a run (or plan step) that used up its model turns."""
+    limit = state.agent.max_turns
+    if step is None:
+        return RunFailed(
+            MAX_TURNS_EXCEEDED, f"no final answer within the agent's limit of {limit} model turns"
+        )
+    return RunFailed(
+        MAX_TURNS_EXCEEDED,
+        f"step {step} of the plan got no final answer within the agent's limit of {limit} "
+        "model turns (per step in plan mode)",
+    )
+
+
+def timed_out(state: RunState) -> RunFailed:
+    """The failure of a run past its deadline."""
+    return RunFailed(
+        RUN_TIMEOUT,
+        f"the run did not finish within the agent's limit of {state.agent.timeout_seconds:g} "
+        "seconds",
+    )
+
+
+def check_tokens(state: RunState) -> None:
+    """Fail the run if its tokens went over the agent's budget."""
+    budget = state.agent.token_budget
+    if budget is not None and state.tokens_used > budget:
+        raise RunFailed(
+            TOKEN_BUDGET_EXCEEDED,
+            f"the run used {state.tokens_used} tokens, over the agent's budget of {budget}",
+        )
+
+
+async def within_deadline(state: RunState, work: Callable[[], Awaitable[T]]) -> T:
+    """Await `work()`, interrupted at the run's deadline (`run_timeout`).
+
+    Only this deadline becomes `RunFailed`: a `TimeoutError` from inside `work` and the task's
+    own cancellation propagate unchanged.
+    """
+    assert state.deadline is not None, "prepare_run sets the deadline"
+    if asyncio.get_running_loop().time() >= state.deadline:
+        raise timed_out(state)
+    deadline = asyncio.timeout_at(state.deadline)
+    try:
+        async with deadline:
+            return await work()
+    except TimeoutError:
+        if deadline.expired():
+            raise timed_out(state) from None
+        raise
