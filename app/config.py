@@ -44,6 +44,12 @@ class Settings(BaseSettings):
         "(e.g. `gemini-2.5-flash` or `openai:gpt-4o-mini`; that provider must be configured).",
     )
     max_turns: int = Field(default=8, ge=1, description="Default model turns per run.")
+    run_timeout_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Wall-clock limit of a run (from its first start, across resumptions) for "
+        "agents that set no `timeoutSeconds`; a run over it fails with `run_timeout`.",
+    )
     sse_keepalive_seconds: float = Field(default=10.0, gt=0, description="SSE keep-alive period.")
     workspace_max_file_bytes: int = Field(default=1_000_000, description="Per-file cap.")
     workspace_max_total_bytes: int = Field(default=20_000_000, description="Per-workspace cap.")
@@ -101,6 +107,12 @@ class Settings(BaseSettings):
     )
     memory_reembed_interval_seconds: float = Field(
         default=60.0, gt=0, description="How often the re-embed task looks for stale entries."
+    )
+    approval_ttl_seconds: int = Field(
+        default=3600,
+        ge=1,
+        le=30 * 86400,
+        description="How long a tool approval waits for a decision; then it expires (= deny).",
     )
     log_level: str = Field(default="INFO", description="Log level.")
     log_json: bool = Field(default=False, description="Emit logs as JSON lines.")

@@ -159,7 +159,8 @@ class AgentToolPolicy(Base):
     id: Mapped[uuid.UUID] = _pk_uuid()
     tenant_id: Mapped[str] = mapped_column(Text)
     agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agents.id"))
-    profile: Mapped[str] = mapped_column(Text, server_default="coding")
+    profile: Mapped[str | None] = mapped_column(Text, server_default="coding")
+    """NULL (agent rows only): inherit the tenant's profile."""
     allow: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
     deny: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
     require_approval: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
@@ -241,3 +242,39 @@ class WorkspaceFile(Base):
     sha256: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class ToolApproval(Base):
+    """An approval gate of one tool call: pending, then approved/denied/expired (the audit record)."""
+
+    __tablename__ = "tool_approvals"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    tool_call_id: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    risk: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    decided_by: Mapped[str | None] = mapped_column(Text)
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    trust_seconds: Mapped[int | None] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()
+
+
+class ToolTrust(Base):
+    """A `trustSeconds` grant: calls of `tool` (a name or pattern) in a session need no approval."""
+
+    __tablename__ = "tool_trust"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    tool: Mapped[str] = mapped_column(Text)
+    approval_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("tool_approvals.id"))
+    granted_by: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()

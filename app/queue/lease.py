@@ -4,6 +4,9 @@ A worker that stalls past its lease (GC pause, frozen VM, network partition) may
 another worker took the run over. Each write here starts with `fence_and_allocate`, which
 matches (run, lease owner, attempt): a stale worker's write matches nothing and raises
 `LeaseLostError` instead of interleaving with the new owner's transcript.
+
+The tool-call writes live in `tool_calls.py` (a mixin); `park_for_approval` hands the worker's
+slot back while a tool call waits for a human (see `app/tools/approvals.py`).
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
-from app.db.models import AgentSession, Run, SessionMessage, ToolExecution
+from app.db.models import AgentSession, Run, SessionMessage
 from app.queue.events import EventSpec, insert_events
 from app.queue.manager import ClaimedRun
 from app.queue.sql import query
+from app.queue.tool_calls import ToolCallWrites
 from app.runtime import events as ev
 from app.runtime.messages import (
     AssistantMessage,
@@ -34,12 +38,17 @@ from app.runtime.messages import (
     load_message,
     role_of,
 )
+from app.tools.approvals import ApprovalRequest, insert_pending
 
 Message = UserMessage | AssistantMessage | ToolResult
 
 
 class LeaseLostError(RuntimeError):
     """This worker no longer holds the run (lease expired and taken over, or run finished)."""
+
+
+class _CancelFirst(Exception):
+    """Rolls back a parking transaction: a cancel was requested."""
 
 
 @dataclass(slots=True)
@@ -59,19 +68,7 @@ class StoredMessage:
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class ToolAttempt:
-    """What the store knew about a tool call before this attempt started."""
-
-    previous_status: str | None  # None: never started before
-
-    @property
-    def interrupted(self) -> bool:
-        """A previous attempt started the call and died before recording its outcome."""
-        return self.previous_status == "started"
-
-
-class LeasedRun:
+class LeasedRun(ToolCallWrites):
     """Data access for one claimed run, on behalf of its tenant, fenced by its lease."""
 
     def __init__(self, db: Database, claimed: ClaimedRun, worker_id: str) -> None:
@@ -173,72 +170,39 @@ class LeasedRun:
                 )
             )
 
-    async def tool_started(self, call: ToolCall) -> ToolAttempt:
-        """Record that `call` is about to execute and emit `tool.started`."""
-        async with self.write(
-            [(ev.TOOL_STARTED, {"toolCallId": call.id, "name": call.name, "args": call.args})]
-        ) as w:
-            previous = await w.session.scalar(
-                select(ToolExecution.status).where(
-                    ToolExecution.run_id == self.run.id, ToolExecution.tool_call_id == call.id
+    async def park_for_approval(self, request: ApprovalRequest) -> bool:
+        """Park the run until `request` is decided: the pending approval, status
+        `awaiting_approval` with the lease cleared, and `approval.required`, atomically.
+
+        Returns False (and changes nothing) when a cancel was requested first: the caller
+        finishes the run cancelled instead. The fence locks the run row, so no cancel request
+        can slip in between the check and the parking.
+        """
+        try:
+            async with self.write([(ev.APPROVAL_REQUIRED, request.event_data())]) as w:
+                if w.cancel_requested:
+                    raise _CancelFirst
+                await insert_pending(w.session, self.run, request)
+                call = ToolCall(id=request.tool_call_id, name=request.tool, args=request.args)
+                await self._upsert_execution(
+                    w.session,
+                    call,
+                    {"status": "awaiting_approval"},
+                    approval_id=request.approval_id,
                 )
-            )
-            await w.session.execute(
-                insert(ToolExecution)
-                .values(
-                    tenant_id=self.run.tenant_id,
-                    run_id=self.run.id,
-                    session_id=self.run.session_id,
-                    tool_call_id=call.id,
-                    name=call.name,
-                    args=call.args,
-                    status="started",
-                    worker_id=self.worker_id,
-                )
-                .on_conflict_do_update(
-                    constraint="tool_executions_run_call_key",
-                    set_={
-                        "status": "started",
+                parked = await w.session.scalar(
+                    query("park_run"),
+                    {
+                        "run_id": self.run.id,
                         "worker_id": self.worker_id,
-                        "attempt": ToolExecution.attempt + 1,
-                        "started_at": func.now(),
-                        "finished_at": None,
+                        "attempt": self.run.attempt,
                     },
                 )
-            )
-            return ToolAttempt(previous_status=previous)
-
-    async def tool_finished(self, result: ToolResult, *, interrupted: bool = False) -> None:
-        """Store the tool's result row, its execution outcome and its event, atomically."""
-        if result.ok:
-            event: EventSpec = (
-                ev.TOOL_COMPLETED,
-                {"toolCallId": result.tool_call_id, "name": result.name, "result": result.result},
-            )
-        else:
-            event = (
-                ev.TOOL_FAILED,
-                {"toolCallId": result.tool_call_id, "name": result.name, "error": result.error},
-            )
-        if interrupted:
-            status = "interrupted"
-        else:
-            status = "completed" if result.ok else "failed"
-        async with self.write([event]) as w:
-            await self._insert_messages(w.session, [result])
-            await w.session.execute(
-                update(ToolExecution)
-                .where(
-                    ToolExecution.run_id == self.run.id,
-                    ToolExecution.tool_call_id == result.tool_call_id,
-                )
-                .values(
-                    status=status,
-                    result=result.result if result.ok else None,
-                    error=None if result.ok else {"message": result.error},
-                    finished_at=func.now(),
-                )
-            )
+                if parked is None:
+                    raise LeaseLostError(f"lease on run {self.run.id} lost")
+        except _CancelFirst:
+            return False
+        return True
 
     async def finish(
         self,

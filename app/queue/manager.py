@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
 from app.db.engine import Database
-from app.db.models import Agent, AgentSession, Run
+from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.queue.events import EventSpec, insert_events
 from app.queue.sql import query
 from app.runtime import events as ev
@@ -82,6 +82,21 @@ async def emit_unleased(
     row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
     await insert_events(
         session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
+    )
+
+
+async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
+    """A cancelled run's pending approval expires; its waiting call is recorded as failed."""
+    reason = f"run cancelled by {user_id}"
+    await s.execute(
+        update(ToolApproval)
+        .where(ToolApproval.run_id == run_id, ToolApproval.status == "pending")
+        .values(status="expired", decided_at=func.now(), decision_reason=reason)
+    )
+    await s.execute(
+        update(ToolExecution)
+        .where(ToolExecution.run_id == run_id, ToolExecution.status == "awaiting_approval")
+        .values(status="failed", error={"message": reason}, finished_at=func.now())
     )
 
 
@@ -191,6 +206,7 @@ class RunQueue:
         """
         async with self.db.tenant(principal) as s:
             if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
+                await _close_approvals(s, run_id, principal.user_id)
                 await emit_unleased(
                     s, run_id, principal.tenant_id, [(ev.RUN_CANCELLED, {"reason": "cancelled"})]
                 )

@@ -77,11 +77,27 @@ SET status = :status, finished_at = now(),
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
 RETURNING id;
 
+-- name: park_run
+-- A tool call awaits approval: the run gives up its lease (and its worker's slot) but keeps its
+-- lane: `awaiting_approval` counts as active for the lane index and for claim_next.
+UPDATE agent_run_queue
+SET status = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL,
+    state = 'awaiting_approval'
+WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+RETURNING id;
+
+-- name: requeue_parked
+-- The approval was decided (or expired): back to the head of its lane (queue_seq unchanged).
+UPDATE agent_run_queue
+SET status = 'queued', state = NULL
+WHERE id = :run_id AND status = 'awaiting_approval'
+RETURNING id;
+
 -- name: cancel_idle
 -- A run no worker holds (queued, or parked awaiting approval) is cancelled on the spot.
 UPDATE agent_run_queue
 SET status = 'cancelled', finished_at = now(), cancel_requested_at = coalesce(cancel_requested_at, now()),
-    error = NULL
+    error = NULL, state = NULL
 WHERE id = :run_id AND status IN ('queued', 'awaiting_approval')
 RETURNING id;
 

@@ -4,6 +4,11 @@
 schema, a `ToolError` or an unexpected exception all become a failed `ToolResult` whose error the
 model reads on its next turn. Only cancellation (`CancelledError`, a `BaseException`) and a lost
 lease propagate, because they mean this worker must stop, not that the tool failed.
+
+`default_tool_registry` holds every tool of the deployment (`catalog.py`); `PolicyToolRegistry`
+is what one run gets: only the tools its policy allows (`policy.py`), so the model is never
+offered anything else; `tools_for_run` builds it. The tool-execution phase checks the policy
+again before each call (`app/runtime/tool_execution.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ from typing import Any
 import structlog
 from jsonschema import Draft202012Validator
 
+from app.config import Settings, get_settings
+from app.db.engine import Database
 from app.llm.base import ToolSpec
 from app.queue.lease import LeaseLostError
+from app.queue.manager import ClaimedRun
 from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import Tool, ToolContext, ToolError
-from app.tools.workspace_tools import workspace_tools
+from app.tools.catalog import tool_catalog
+from app.tools.policy import EffectivePolicy
+from app.tools.policy_store import resolve_run_policy
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +52,17 @@ class ToolRegistry:
         Draft202012Validator.check_schema(tool.parameters)
         self._tools[tool.name] = tool
         self._validators[tool.name] = Draft202012Validator(tool.parameters)
+
+    def adopt(self, other: ToolRegistry, name: str) -> None:
+        """Register `other`'s tool `name` with its already compiled validator."""
+        if name in self._tools:
+            raise ValueError(f"tool {name!r} is already registered")
+        self._tools[name] = other._tools[name]
+        self._validators[name] = other._validators[name]
+
+    def tools(self) -> list[Tool]:
+        """The registered tools, sorted by name."""
+        return [self._tools[n] for n in self.names()]
 
     def get(self, name: str) -> Tool | None:
         """The tool called `name`, if registered."""
@@ -100,6 +121,24 @@ def _failed(call: ToolCall, message: str) -> ToolResult:
     return ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=message)
 
 
-def default_tool_registry() -> ToolRegistry:
-    """The tools every agent has today: the workspace file tools."""
-    return ToolRegistry(workspace_tools())
+class PolicyToolRegistry(ToolRegistry):
+    """The tools of `catalog` that `policy` allows; keeps both to explain refusals."""
+
+    def __init__(self, catalog: ToolRegistry, policy: EffectivePolicy) -> None:
+        super().__init__()
+        self.catalog = catalog
+        self.policy = policy
+        for tool in policy.allowed(catalog.tools()):
+            self.adopt(catalog, tool.name)
+
+
+def default_tool_registry(settings: Settings | None = None) -> ToolRegistry:
+    """Every tool of the deployment, unfiltered (`catalog.py`; default: the process settings)."""
+    return ToolRegistry(tool_catalog(settings if settings is not None else get_settings()))
+
+
+async def tools_for_run(db: Database, run: ClaimedRun, catalog: ToolRegistry) -> PolicyToolRegistry:
+    """The tools `run` may use: `catalog` filtered by the policy of its agent and user."""
+    async with db.tenant(run.principal) as s:
+        policy = await resolve_run_policy(s, agent_id=run.agent_id, user_id=run.user_id)
+    return PolicyToolRegistry(catalog, policy)

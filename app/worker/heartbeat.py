@@ -4,7 +4,8 @@ Renewing leases from the worker's main event loop would let a busy loop (a slow 
 step, a long synchronous call) starve the heartbeat until the lease expired and another worker
 re-ran the same tool calls. Here the heartbeat has its own thread, loop and connection pool, so it
 keeps beating whatever the main loop is doing. The same thread recovers other workers' expired
-leases and reports cancel requests and lost leases back to the main loop.
+leases, expires overdue tool approvals (requeuing their parked runs, so that the loop feeds the
+denial back) and reports cancel requests and lost leases back to the main loop.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import structlog
 
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tools.approval_store import sweep_expired_approvals
 
 log = structlog.get_logger(__name__)
 
@@ -79,4 +81,6 @@ class Heartbeat(threading.Thread):
         recovered = await queue.recover_expired()
         if recovered:
             log.warning("recovered runs with expired leases", runs=[str(r) for r in recovered])
+        if expired := await sweep_expired_approvals(queue.db):
+            log.info("expired overdue tool approvals", approvals=expired)
         self.beats += 1

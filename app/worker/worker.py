@@ -2,9 +2,10 @@
 
 Side tasks: a LISTEN connection (`agent_runtime_runs` wakes the claim loop in milliseconds,
 `agent_runtime_cancel` interrupts a run) and the heartbeat thread (leases, recovery, and a
-polled fallback for cancel). The claim loop waits on "woken | a run finished | poll timeout |
-stop". On stop it claims nothing more, lets running runs finish for a grace period, then hands
-the rest back to the queue.
+polled fallback for cancel, and the expiry of overdue tool approvals). The claim loop waits on
+"woken | a run finished | poll timeout | stop". On stop it claims nothing more, lets running
+runs finish for a grace period, then hands the rest back to the queue. A run whose tool call
+awaits approval is parked (`awaiting_approval`): its slot is freed at once, its lane stays held.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import secrets
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -27,7 +28,12 @@ from app.db.listen import Listener
 from app.queue.lease import LeasedRun, LeaseLostError
 from app.queue.manager import ClaimedRun, RunQueue
 from app.runtime import events as ev
+from app.tools.approvals import AwaitingApproval
 from app.worker.heartbeat import Heartbeat
+
+if TYPE_CHECKING:
+    from app.llm.registry import ModelRegistry
+    from app.tools.registry import ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +70,7 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
         self.queue = RunQueue(db)
-        self._execute = execute or _default_executor(settings)
+        self._execute = execute or agent_executor(settings)
         self._active: dict[UUID, _Active] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -167,7 +173,10 @@ class Worker:
             done, _ = await asyncio.wait({inner, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             if inner in done:
-                inner.result()  # the loop finished the run (or raised: handled below)
+                try:
+                    inner.result()  # the loop finished the run (or raised: handled below)
+                except AwaitingApproval as waiting:
+                    await self._park(leased, waiting)
                 return
             inner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -192,6 +201,20 @@ class Worker:
         finally:
             self._active.pop(run.id, None)
             self._wake.set()  # a slot is free (and the lane may have a next run)
+
+    async def _park(self, leased: LeasedRun, waiting: AwaitingApproval) -> None:
+        """A tool call awaits approval: park the run (slot freed, lane kept), or finish it
+        cancelled if a cancel was requested first."""
+        request = waiting.request
+        if await leased.park_for_approval(request):
+            log.info(
+                "run parked awaiting approval",
+                run_id=str(leased.run.id),
+                approval_id=str(request.approval_id),
+                tool=request.tool,
+            )
+        else:
+            await leased.finish("cancelled", error=_CANCELLED)
 
     # ------------------------------------------------------------------ signals
 
@@ -225,14 +248,23 @@ class Worker:
 _CANCELLED = {"code": "cancelled", "message": "cancelled by request"}
 
 
-def _default_executor(settings: Settings) -> Executor:
-    """The agent loop, with one model registry (and its SDK clients) shared by all runs."""
+def agent_executor(
+    settings: Settings,
+    *,
+    models: ModelRegistry | None = None,
+    catalog: ToolRegistry | None = None,
+) -> Executor:
+    """The agent loop, with one model registry (and its SDK clients) and one tool catalog shared
+    by all runs; each run gets the catalog filtered by its own policy (`tools_for_run`)."""
     from app.llm.registry import ModelRegistry
     from app.runtime.loop import execute_run
+    from app.tools.registry import default_tool_registry, tools_for_run
 
-    models = ModelRegistry.from_settings(settings)
+    shared_models = models if models is not None else ModelRegistry.from_settings(settings)
+    tools = catalog if catalog is not None else default_tool_registry(settings)
 
     async def execute(leased: LeasedRun) -> None:
-        await execute_run(leased, settings=settings, models=models)
+        allowed = await tools_for_run(leased.db, leased.run, tools)
+        await execute_run(leased, settings=settings, models=shared_models, tools=allowed)
 
     return execute

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from app.auth.jwt import mint_token
 
 SECRET = "e2e-secret-0123456789abcdef0123456789abcdef"

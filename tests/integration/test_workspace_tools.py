@@ -108,7 +108,9 @@ async def test_binary_content_is_not_read_as_text(
     ctx = await context_for(database, alice, "ws")
     await Workspace.for_tool(ctx).write("blob.bin", b"\xff\xfe\x00")
     result = await call(tools, ctx, "read_file", path="blob.bin")
-    assert not result.ok and result.error == "blob.bin is not UTF-8 text (3 bytes)"
+    # Not decoded as text: returned as base64 (see test_file_tools_more.py for the details).
+    assert result.ok and result.result["encoding"] == "base64"
+    assert result.result["content"] == "//4A"
 
 
 async def test_size_caps(database: Database, alice: Principal, tools: ToolRegistry) -> None:

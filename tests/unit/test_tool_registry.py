@@ -136,8 +136,10 @@ def test_registration_checks_schema_and_duplicates() -> None:
 
 
 def test_default_registry_specs() -> None:
-    registry = default_tool_registry()
+    registry = default_tool_registry(Settings(_env_file=None))  # type: ignore[call-arg]
     specs = {s.name: s for s in registry.specs()}
-    assert list(specs) == ["list_files", "read_file", "write_file"]
+    assert list(specs) == sorted(specs)
+    workspace = ["delete_file", "edit_file", "list_files", "read_file", "write_file"]
+    assert set(workspace) | {"web_fetch", "sessions_list", "sessions_history"} <= set(specs)
     assert specs["write_file"].parameters["required"] == ["path", "content"]
     assert registry.is_idempotent("write_file") and not registry.is_idempotent("nope")

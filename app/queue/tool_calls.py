@@ -1,0 +1,171 @@
+"""Fenced writes of tool calls (a mixin of `LeasedRun`): started, finished, refused.
+
+A call is recorded as started (`tool.started`, a `tool_executions` row) before it runs, and its
+result is stored with its `tool.completed`/`tool.failed` event in one transaction after it. A
+call that is not executed (policy, cap, denied approval) is stored failed in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ToolExecution
+from app.queue.events import EventSpec
+from app.queue.manager import ClaimedRun
+from app.runtime import events as ev
+from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+
+if TYPE_CHECKING:
+    from app.queue.lease import FencedWrite
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAttempt:
+    """What the store knew about a tool call before this attempt started."""
+
+    previous_status: str | None  # None: never started before
+
+    @property
+    def interrupted(self) -> bool:
+        """A previous attempt started the call and died before recording its outcome."""
+        return self.previous_status == "started"
+
+
+class ToolCallWrites:
+    """The tool-call verbs of `LeasedRun` (which provides `write` and `_insert_messages`)."""
+
+    run: ClaimedRun
+    worker_id: str
+
+    if TYPE_CHECKING:
+
+        def write(
+            self, events: Sequence[EventSpec] = ()
+        ) -> AbstractAsyncContextManager[FencedWrite]: ...
+
+        async def _insert_messages(
+            self, s: AsyncSession, messages: Sequence[UserMessage | AssistantMessage | ToolResult]
+        ) -> list[int]: ...
+
+    async def tool_started(self, call: ToolCall, *, approval_id: UUID | None = None) -> ToolAttempt:
+        """Record that `call` is about to execute and emit `tool.started`."""
+        async with self.write(
+            [(ev.TOOL_STARTED, {"toolCallId": call.id, "name": call.name, "args": call.args})]
+        ) as w:
+            previous = await w.session.scalar(
+                select(ToolExecution.status).where(
+                    ToolExecution.run_id == self.run.id, ToolExecution.tool_call_id == call.id
+                )
+            )
+            await self._upsert_execution(
+                w.session,
+                call,
+                {"status": "started"},
+                approval_id=approval_id,
+                on_conflict={
+                    # Waiting for approval was not an attempt at running the call.
+                    "attempt": case(
+                        (ToolExecution.status == "awaiting_approval", ToolExecution.attempt),
+                        else_=ToolExecution.attempt + 1,
+                    ),
+                    "started_at": func.now(),
+                    "finished_at": None,
+                    "result": None,
+                    "error": None,
+                },
+            )
+            return ToolAttempt(previous_status=previous)
+
+    async def _upsert_execution(
+        self,
+        s: AsyncSession,
+        call: ToolCall,
+        values: dict[str, Any],
+        *,
+        approval_id: UUID | None = None,
+        on_conflict: dict[str, Any] | None = None,
+    ) -> None:
+        """Insert the call's `tool_executions` row with `values`, or update it with them (and
+        `on_conflict`); the worker is this one, the approval is kept unless a new one is given."""
+        stmt = insert(ToolExecution).values(
+            tenant_id=self.run.tenant_id,
+            run_id=self.run.id,
+            session_id=self.run.session_id,
+            tool_call_id=call.id,
+            name=call.name,
+            args=call.args,
+            worker_id=self.worker_id,
+            approval_id=approval_id,
+            **values,
+        )
+        approval = func.coalesce(stmt.excluded.approval_id, ToolExecution.approval_id)
+        await s.execute(
+            stmt.on_conflict_do_update(
+                constraint="tool_executions_run_call_key",
+                set_={
+                    "worker_id": self.worker_id,
+                    "approval_id": approval,
+                    **values,
+                    **(on_conflict or {}),
+                },
+            )
+        )
+
+    async def tool_refused(
+        self, call: ToolCall, error: str, *, approval_id: UUID | None = None
+    ) -> ToolResult:
+        """Store a call that is not executed (policy, cap, denial) as failed, with its event."""
+        result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
+        event: EventSpec = (
+            ev.TOOL_FAILED,
+            {"toolCallId": call.id, "name": call.name, "error": error},
+        )
+        async with self.write([event]) as w:
+            await self._insert_messages(w.session, [result])
+            await self._upsert_execution(
+                w.session,
+                call,
+                {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
+                approval_id=approval_id,
+            )
+        return result
+
+    async def tool_finished(self, result: ToolResult, *, interrupted: bool = False) -> None:
+        """Store the tool's result row, its execution outcome and its event, atomically."""
+        if result.ok:
+            event: EventSpec = (
+                ev.TOOL_COMPLETED,
+                {"toolCallId": result.tool_call_id, "name": result.name, "result": result.result},
+            )
+        else:
+            event = (
+                ev.TOOL_FAILED,
+                {"toolCallId": result.tool_call_id, "name": result.name, "error": result.error},
+            )
+        if interrupted:
+            status = "interrupted"
+        else:
+            status = "completed" if result.ok else "failed"
+        async with self.write([event]) as w:
+            await self._insert_messages(w.session, [result])
+            await w.session.execute(
+                update(ToolExecution)
+                .where(
+                    ToolExecution.run_id == self.run.id,
+                    ToolExecution.tool_call_id == result.tool_call_id,
+                )
+                .values(
+                    status=status,
+                    result=result.result if result.ok else None,
+                    error=None if result.ok else {"message": result.error},
+                    finished_at=func.now(),
+                )
+            )

@@ -1,0 +1,130 @@
+"""When a tool call needs a human's approval: the `require_approval` rules of a policy (pure).
+
+Stored as `agent_tool_policies.require_approval` (JSONB, camelCase), e.g.::
+
+    {"risk": ["high"],
+     "tools": ["delete_file", "group:web"],
+     "args": [{"tool": "run_shell", "arg": "command",
+               "allowPrefixes": ["ls", "git status"], "allowRegex": ["^cat [a-z./]+$"]}]}
+
+A call needs approval when ANY rule triggers:
+
+* `risk`: the tool's risk level is listed;
+* `tools`: the tool matches one of the patterns (see `patterns.py`);
+* `args`: the tool matches the rule's `tool` pattern and its argument `arg` is not on the rule's
+  allowlist. A value is allowlisted when it fully matches one of `allowRegex`, or when it equals
+  a prefix of `allowPrefixes` or starts with it followed by a space — and, for prefixes only,
+  contains no shell control characters (``; & | ` $ < > ( ) \\`` or a line break), so that
+  `ls; rm -rf ~` does not pass as `ls`. A missing or non-string argument, or one longer than
+  4096 characters, is never allowlisted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from app.tools.base import Tool
+from app.tools.patterns import Risk, first_match, matches, validate_pattern, validate_patterns
+
+MAX_ALLOWLIST = 100
+MAX_REGEX_CHARS = 500
+MAX_CHECKED_CHARS = 4096
+_SHELL_CONTROL = re.compile(r"[;&|`$<>()\\\n\r]")
+
+
+class _Rules(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ArgRule(_Rules):
+    """Calls of tools matching `tool` need approval unless argument `arg` is allowlisted."""
+
+    tool: str = Field(description="Tool name or pattern, e.g. `run_shell`.")
+    arg: str = Field(min_length=1, max_length=100, description="The argument checked.")
+    allow_prefixes: list[str] = Field(
+        default_factory=list, max_length=MAX_ALLOWLIST, description="Allowed command prefixes."
+    )
+    allow_regex: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ALLOWLIST,
+        description="Allowed values: Python regexes that must match the whole value.",
+    )
+
+    @field_validator("tool")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        return validate_pattern(value)
+
+    @field_validator("allow_prefixes")
+    @classmethod
+    def _prefixes(cls, values: list[str]) -> list[str]:
+        if any(not v.strip() or len(v) > MAX_CHECKED_CHARS for v in values):
+            raise ValueError("prefixes must be non-blank and at most 4096 characters")
+        return values
+
+    @field_validator("allow_regex")
+    @classmethod
+    def _regexes(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if len(value) > MAX_REGEX_CHARS:
+                raise ValueError(f"a regex may have at most {MAX_REGEX_CHARS} characters")
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {value!r}: {exc}") from exc
+        return values
+
+    def allowlisted(self, value: object) -> bool:
+        """Whether `value` passes the allowlist."""
+        if not isinstance(value, str) or len(value) > MAX_CHECKED_CHARS:
+            return False
+        if any(re.fullmatch(rx, value) for rx in self.allow_regex):
+            return True
+        stripped = value.strip()
+        if _SHELL_CONTROL.search(stripped):
+            return False
+        return any(
+            stripped == p.strip() or stripped.startswith(p if p.endswith(" ") else p + " ")
+            for p in self.allow_prefixes
+        )
+
+
+class ApprovalRules(_Rules):
+    """The `require_approval` rules of one policy layer."""
+
+    risk: list[Risk] = Field(default_factory=list, description="Risk levels needing approval.")
+    tools: list[str] = Field(default_factory=list, description="Tool patterns needing approval.")
+    args: list[ArgRule] = Field(
+        default_factory=list, max_length=MAX_ALLOWLIST, description="Argument allowlists."
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _patterns(cls, values: list[str]) -> list[str]:
+        return validate_patterns(values)
+
+    @classmethod
+    def parse(cls, stored: dict[str, Any] | None) -> ApprovalRules:
+        """The rules of a stored JSONB value (`{}`: none)."""
+        return cls.model_validate(stored or {})
+
+    def stored(self) -> dict[str, Any]:
+        """The JSONB value to store (camelCase, empty lists left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+    def reason(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        """Why a call of `tool` with `args` needs approval (None: it does not)."""
+        if tool.risk in self.risk:
+            return f"{tool.risk}-risk tool"
+        if (pattern := first_match(tuple(self.tools), tool)) is not None:
+            return f"tool matches {pattern!r}"
+        for rule in self.args:
+            if matches(rule.tool, tool) and not rule.allowlisted(args.get(rule.arg)):
+                return f"{rule.arg} is not on the allowlist"
+        return None

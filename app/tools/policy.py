@@ -1,0 +1,167 @@
+"""Tool policy: which tools a run may use, why, and the limits on its calls (pure, no I/O).
+
+A policy has up to two stored layers (`agent_tool_policies`): the tenant's row (`agent_id` NULL)
+and the agent's row. A tool is decided by the first of these rules that applies:
+
+1. **deny** — a tool matching a `deny` pattern of the tenant OR of the agent is denied. Deny
+   always wins: no profile or allow pattern of either layer brings it back.
+2. **owner-only** — a tool declared `owner_only` is denied unless the run's user is the agent's
+   `owner_user_id`.
+3. **profile** — the effective profile allows its tools. It is the agent row's profile; if the
+   agent has no row or its profile is null, the tenant row's; with no tenant row, `coding`.
+4. **allow** — a tool matching an `allow` pattern of the agent or of the tenant is allowed
+   (allow lists of both layers add up).
+5. Anything else is not allowed.
+
+The limits combine so that the tenant stays a ceiling: a call needs approval when the
+`require_approval` rules of either layer say so (`approval_rules.py`), and each cap on tool
+calls (`max_calls_per_turn`, `max_calls_per_run`) is the smaller of the values set. Calls are
+counted as the model makes them: the n-th call of a model turn, the n-th call of the run (all
+turns). A call past a cap is refused and the model is told why; it is not a run failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from app.tools.approval_rules import ApprovalRules
+from app.tools.base import Tool
+from app.tools.patterns import first_match
+
+ProfileName = Literal["minimal", "coding", "messaging", "full"]
+PROFILES: Final[dict[str, tuple[str, ...]]] = {
+    "minimal": ("read_file", "list_files", "group:sessions"),
+    "coding": ("group:fs", "group:runtime", "web_fetch"),
+    "messaging": ("group:sessions", "group:memory", "group:web"),
+    "full": ("*",),
+}
+DEFAULT_PROFILE: Final = "coding"
+"""The profile when neither layer sets one (the column default of `agent_tool_policies`)."""
+
+Scope = Literal["default", "tenant", "agent"]
+RuleKind = Literal["deny", "owner_only", "profile", "allow", "not_allowed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyLayer:
+    """One stored policy row: the tenant's (`scope="tenant"`) or an agent's."""
+
+    scope: Literal["tenant", "agent"]
+    profile: str | None = None
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    require_approval: ApprovalRules = field(default_factory=ApprovalRules)
+    max_calls_per_turn: int | None = None
+    max_calls_per_run: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a tool is allowed and the rule that decided it."""
+
+    allowed: bool
+    kind: RuleKind
+    scope: Scope | None = None
+    pattern: str | None = None
+    profile: str | None = None
+
+    @property
+    def reason(self) -> str:
+        """The deciding rule in words (shown by `GET /tools` and in refusals)."""
+        if self.kind == "deny":
+            return f"denied by the {self.scope} deny pattern {self.pattern!r}"
+        if self.kind == "owner_only":
+            return "owner-only tool: only the agent's owner may use it"
+        if self.kind == "profile":
+            return f"allowed by the {self.scope} profile {self.profile!r} ({self.pattern})"
+        if self.kind == "allow":
+            return f"allowed by the {self.scope} allow pattern {self.pattern!r}"
+        return f"not in the {self.scope} profile {self.profile!r} and matched by no allow pattern"
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """A cap on tool calls and the layer that set it."""
+
+    limit: int
+    scope: Literal["tenant", "agent"]
+
+
+@dataclass(frozen=True, slots=True)
+class EffectivePolicy:
+    """The tenant and agent layers of one run (either may be missing) and who runs it."""
+
+    tenant: PolicyLayer | None = None
+    agent: PolicyLayer | None = None
+    is_owner: bool = False
+    """The run's user is the agent's owner (owner-only tools)."""
+
+    def layers(self) -> list[PolicyLayer]:
+        """The stored layers, tenant first."""
+        return [layer for layer in (self.tenant, self.agent) if layer is not None]
+
+    @property
+    def profile(self) -> tuple[str, Scope]:
+        """The effective profile and where it comes from."""
+        if self.agent is not None and self.agent.profile is not None:
+            return self.agent.profile, "agent"
+        if self.tenant is not None and self.tenant.profile is not None:
+            return self.tenant.profile, "tenant"
+        return DEFAULT_PROFILE, "default"
+
+    def evaluate(self, tool: Tool) -> Verdict:
+        """Whether `tool` is allowed, by the first rule that applies (see the module docstring)."""
+        for layer in self.layers():
+            if (pattern := first_match(layer.deny, tool)) is not None:
+                return Verdict(False, "deny", layer.scope, pattern)
+        if tool.owner_only and not self.is_owner:
+            return Verdict(False, "owner_only")
+        profile, source = self.profile
+        if (pattern := first_match(PROFILES.get(profile, ()), tool)) is not None:
+            return Verdict(True, "profile", source, pattern, profile)
+        for layer in reversed(self.layers()):
+            if (pattern := first_match(layer.allow, tool)) is not None:
+                return Verdict(True, "allow", layer.scope, pattern)
+        return Verdict(False, "not_allowed", source, profile=profile)
+
+    def allowed(self, tools: Iterable[Tool]) -> list[Tool]:
+        """The allowed ones of `tools`."""
+        return [t for t in tools if self.evaluate(t).allowed]
+
+    def approval_reason(self, tool: Tool, args: dict[str, object]) -> str | None:
+        """Why a call needs approval (None: it does not), naming the layer whose rule triggered."""
+        for layer in self.layers():
+            if (why := layer.require_approval.reason(tool, dict(args))) is not None:
+                return f"{why} ({layer.scope} policy)"
+        return None
+
+    @property
+    def max_calls_per_turn(self) -> Cap | None:
+        """The per-turn cap (the smaller of the layers' values)."""
+        return _smallest((layer.max_calls_per_turn, layer.scope) for layer in self.layers())
+
+    @property
+    def max_calls_per_run(self) -> Cap | None:
+        """The per-run cap (the smaller of the layers' values)."""
+        return _smallest((layer.max_calls_per_run, layer.scope) for layer in self.layers())
+
+    def cap_refusal(self, turn_call: int, run_call: int) -> str | None:
+        """Why the `turn_call`-th call of its turn, `run_call`-th of the run, is refused (1-based)."""
+        if (cap := self.max_calls_per_turn) is not None and turn_call > cap.limit:
+            return (
+                f"tool call limit reached: at most {cap.limit} tool calls per model turn "
+                f"({cap.scope} policy); this was call {turn_call} of the turn and was not executed"
+            )
+        if (cap := self.max_calls_per_run) is not None and run_call > cap.limit:
+            return (
+                f"tool call limit reached: at most {cap.limit} tool calls per run "
+                f"({cap.scope} policy); this was call {run_call} of the run and was not executed"
+            )
+        return None
+
+
+def _smallest(values: Iterable[tuple[int | None, Literal["tenant", "agent"]]]) -> Cap | None:
+    caps = [Cap(limit, scope) for limit, scope in values if limit is not None]
+    return min(caps, key=lambda c: c.limit, default=None)

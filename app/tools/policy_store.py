@@ -1,0 +1,108 @@
+"""Reading and writing policy layers (`agent_tool_policies`) and resolving a run's policy.
+
+Every function takes an `AsyncSession` opened with `Database.tenant(...)`: RLS confines it to the
+tenant, so another tenant's agent or policy does not exist here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Agent, AgentToolPolicy
+from app.tools.approval_rules import ApprovalRules
+from app.tools.policy import EffectivePolicy, PolicyLayer
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLayer:
+    """A policy layer as stored, with its timestamps."""
+
+    layer: PolicyLayer
+    row: AgentToolPolicy
+
+
+def layer_of(row: AgentToolPolicy) -> PolicyLayer:
+    """The policy layer of a stored row."""
+    return PolicyLayer(
+        scope="tenant" if row.agent_id is None else "agent",
+        profile=row.profile,
+        allow=tuple(row.allow),
+        deny=tuple(row.deny),
+        require_approval=ApprovalRules.parse(row.require_approval),
+        max_calls_per_turn=row.max_calls_per_turn,
+        max_calls_per_run=row.max_calls_per_run,
+    )
+
+
+async def get_layer(s: AsyncSession, agent_id: UUID | None) -> StoredLayer | None:
+    """The tenant's layer (`agent_id` None) or the agent's, if stored."""
+    scope = (
+        AgentToolPolicy.agent_id.is_(None)
+        if agent_id is None
+        else (AgentToolPolicy.agent_id == agent_id)
+    )
+    row = await s.scalar(select(AgentToolPolicy).where(scope))
+    return None if row is None else StoredLayer(layer_of(row), row)
+
+
+async def put_layer(
+    s: AsyncSession, tenant_id: str, agent_id: UUID | None, layer: PolicyLayer
+) -> StoredLayer:
+    """Create or replace the tenant's (`agent_id` None) or the agent's layer."""
+    values = {
+        "profile": layer.profile,
+        "allow": list(layer.allow),
+        "deny": list(layer.deny),
+        "require_approval": layer.require_approval.stored(),
+        "max_calls_per_turn": layer.max_calls_per_turn,
+        "max_calls_per_run": layer.max_calls_per_run,
+    }
+    row = await s.scalar(
+        insert(AgentToolPolicy)
+        .values(tenant_id=tenant_id, agent_id=agent_id, **values)
+        .on_conflict_do_update(
+            constraint="agent_tool_policies_scope_key",
+            set_={**values, "updated_at": func.now()},
+        )
+        .returning(AgentToolPolicy)
+    )
+    assert row is not None
+    return StoredLayer(layer_of(row), row)
+
+
+async def delete_layer(s: AsyncSession, agent_id: UUID | None) -> bool:
+    """Remove the tenant's (`agent_id` None) or the agent's layer; whether there was one."""
+    scope = (
+        AgentToolPolicy.agent_id.is_(None)
+        if agent_id is None
+        else (AgentToolPolicy.agent_id == agent_id)
+    )
+    gone = await s.scalar(delete(AgentToolPolicy).where(scope).returning(AgentToolPolicy.id))
+    return gone is not None
+
+
+async def resolve_policy(s: AsyncSession, *, agent: Agent | None, user_id: str) -> EffectivePolicy:
+    """The policy of a run of `agent` (None: tenant layer only) by `user_id`."""
+    scope: ColumnElement[bool] = AgentToolPolicy.agent_id.is_(None)
+    if agent is not None:
+        scope = or_(scope, AgentToolPolicy.agent_id == agent.id)
+    rows = list(await s.scalars(select(AgentToolPolicy).where(scope)))
+    tenant = next((layer_of(r) for r in rows if r.agent_id is None), None)
+    own = next((layer_of(r) for r in rows if r.agent_id is not None), None)
+    owner = None if agent is None else agent.owner_user_id
+    return EffectivePolicy(
+        tenant=tenant, agent=own, is_owner=owner is not None and owner == user_id
+    )
+
+
+async def resolve_run_policy(
+    s: AsyncSession, *, agent_id: UUID | None, user_id: str
+) -> EffectivePolicy:
+    """`resolve_policy` for an agent id (an unknown agent: tenant layer only)."""
+    agent = None if agent_id is None else await s.get(Agent, agent_id)
+    return await resolve_policy(s, agent=agent, user_id=user_id)

@@ -1,0 +1,127 @@
+"""sessions_list and sessions_history: the tenant's own sessions only, with size caps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.auth.principal import Principal
+from app.config import Settings
+from app.db.engine import Database
+from app.queue.lease import LeasedRun
+from app.queue.manager import RunQueue
+from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from app.tools.base import ToolContext
+from app.tools.registry import ToolRegistry
+from app.tools.sessions_tools import MAX_HISTORY_CHARS, MAX_TEXT_CHARS, sessions_tools
+
+TOOLS = ToolRegistry(sessions_tools())
+Message = UserMessage | AssistantMessage | ToolResult
+
+
+async def session_with(
+    database: Database, who: Principal, key: str, messages: list[Message]
+) -> ToolContext:
+    """A session `key` whose transcript is `messages` (stored by a claimed run), as a context."""
+    queue = RunQueue(database)
+    await queue.enqueue_run(who, message="x", session_key=key)
+    claimed = await queue.claim_next(f"w-{key}", 30)
+    assert claimed is not None
+    leased = LeasedRun(database, claimed, f"w-{key}")
+    if messages:
+        await leased.append(messages)
+    await leased.finish("completed", result={"text": "ok"})
+    return ToolContext(
+        db=database,
+        principal=who,
+        session_id=claimed.session_id,
+        run_id=claimed.id,
+        settings=Settings(_env_file=None),  # type: ignore[call-arg]
+    )
+
+
+async def call(ctx: ToolContext, name: str, **args: Any) -> ToolResult:
+    return await TOOLS.execute(ctx, ToolCall(id="c", name=name, args=args))
+
+
+async def test_sessions_list_shows_the_tenants_sessions_only(
+    database: Database, alice: Principal, mallory: Principal
+) -> None:
+    await session_with(database, mallory, "mallory-secret", [UserMessage(text="hidden")])
+    await session_with(database, alice, "older", [])
+    ctx = await session_with(database, alice, "current", [UserMessage(text="hi")])
+
+    r = await call(ctx, "sessions_list")
+    assert r.ok, r.error
+    keys = [(s["sessionKey"], s["current"], s["messageCount"]) for s in r.result["sessions"]]
+    assert keys == [("current", True, 1), ("older", False, 0)]
+    assert not r.result["truncated"]
+    assert r.result["sessions"][0]["lastRunAt"] is not None
+    one = await call(ctx, "sessions_list", limit=1)
+    assert [s["sessionKey"] for s in one.result["sessions"]] == ["current"]
+    assert one.result["truncated"]
+    bad = await call(ctx, "sessions_list", limit=0)
+    assert not bad.ok and "invalid arguments" in (bad.error or "")
+
+
+async def test_sessions_history_returns_the_latest_messages(
+    database: Database, alice: Principal
+) -> None:
+    call_ = ToolCall(id="t1", name="read_file", args={"path": "a.txt"})
+    await session_with(
+        database,
+        alice,
+        "chat",
+        [
+            UserMessage(text="first"),
+            AssistantMessage(text="", tool_calls=[call_]),
+            ToolResult(tool_call_id="t1", name="read_file", ok=True, result={"content": "A"}),
+            ToolResult(tool_call_id="t2", name="write_file", ok=False, error="nope"),
+            AssistantMessage(text="done"),
+        ],
+    )
+    ctx = await session_with(database, alice, "here", [])
+    r = await call(ctx, "sessions_history", sessionKey="chat")
+    assert r.ok, r.error
+    assert r.result["sessionKey"] == "chat" and r.result["messageCount"] == 5
+    assert r.result["messages"] == [
+        {"seq": 1, "role": "user", "text": "first"},
+        {
+            "seq": 2,
+            "role": "assistant",
+            "text": "",
+            "toolCalls": [{"name": "read_file", "args": '{"path": "a.txt"}'}],
+        },
+        {"seq": 3, "role": "tool", "name": "read_file", "ok": True, "result": '{"content": "A"}'},
+        {"seq": 4, "role": "tool", "name": "write_file", "ok": False, "error": "nope"},
+        {"seq": 5, "role": "assistant", "text": "done"},
+    ]
+    assert not r.result["truncated"]
+    last = await call(ctx, "sessions_history", sessionKey="chat", limit=2)
+    assert [m["seq"] for m in last.result["messages"]] == [4, 5] and last.result["truncated"]
+
+
+async def test_sessions_history_of_another_tenant_is_not_found(
+    database: Database, alice: Principal, mallory: Principal
+) -> None:
+    await session_with(database, alice, "alice-chat", [UserMessage(text="private")])
+    ctx = await session_with(database, mallory, "mine", [])
+    r = await call(ctx, "sessions_history", sessionKey="alice-chat")
+    assert not r.ok and r.error == "no such session: alice-chat"
+    listed = await call(ctx, "sessions_list")
+    assert [s["sessionKey"] for s in listed.result["sessions"]] == ["mine"]
+
+
+async def test_sessions_history_caps_what_it_returns(database: Database, alice: Principal) -> None:
+    long = "x" * (MAX_TEXT_CHARS + 500)
+    many = [UserMessage(text=f"{i}" + long) for i in range(40)]
+    ctx = await session_with(database, alice, "big", many)
+    r = await call(ctx, "sessions_history", sessionKey="big", limit=40)
+    messages = r.result["messages"]
+    first = messages[0]["text"]
+    assert first.endswith(
+        f"…[truncated {len(many[messages[0]['seq'] - 1].text) - MAX_TEXT_CHARS} chars]"
+    )
+    assert len(messages[0]["text"]) < MAX_TEXT_CHARS + 30
+    assert sum(len(m["text"]) for m in messages) <= MAX_HISTORY_CHARS
+    assert 0 < len(messages) < 40 and r.result["truncated"]
+    assert messages[-1]["seq"] == 40  # the newest are kept
