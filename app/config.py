@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, IPvAnyNetwork, SecretStr
+from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,7 +50,13 @@ class Settings(BaseSettings):
         description="Wall-clock limit of a run (from its first start, across resumptions) for "
         "agents that set no `timeoutSeconds`; a run over it fails with `run_timeout`.",
     )
-    sse_keepalive_seconds: float = Field(default=10.0, gt=0, description="SSE keep-alive period.")
+    sse_keepalive_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=15,
+        description="SSE keep-alive period (at most 15 s: the stream contract promises one "
+        "at least every 15 s).",
+    )
     workspace_max_file_bytes: int = Field(default=1_000_000, description="Per-file cap.")
     workspace_max_total_bytes: int = Field(default=20_000_000, description="Per-workspace cap.")
     # --- long-term memory (app/memory) ---------------------------------------------------------
@@ -251,6 +257,17 @@ class Settings(BaseSettings):
         description="Stream thought summaries (`thinking.delta` events) from Gemini models "
         "that think (2.5 and later).",
     )
+
+    @model_validator(mode="after")
+    def _heartbeat_well_inside_lease(self) -> Settings:
+        # Under half the lease, a lease survives one missed or late heartbeat.
+        if self.heartbeat_seconds >= self.lease_seconds / 2:
+            raise ValueError(
+                f"HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be less than half of "
+                f"LEASE_SECONDS ({self.lease_seconds:g}), so that one late heartbeat does not "
+                "lose a run's lease"
+            )
+        return self
 
 
 @lru_cache

@@ -1,8 +1,9 @@
 """One JSON error shape for every failure: `{"error": {"code", "message", "field"?, "details"?}}`.
 
 Handlers cover our `ApiError`, the queue's NotFoundError/ConflictError, FastAPI's validation
-errors, Starlette's HTTP errors (unknown route, wrong method) and, last, anything unexpected
-(logged, answered with a generic 500 that leaks nothing).
+errors, Starlette's HTTP errors (unknown route, wrong method; a JSON body FastAPI could not decode,
+e.g. not UTF-8, becomes `invalid_json` on field `body`) and, last, anything unexpected (logged,
+answered with a generic 500 that leaks nothing).
 """
 
 from __future__ import annotations
@@ -122,8 +123,28 @@ async def _on_validation_error(_request: Request, exc: Exception) -> JSONRespons
     return _validation_response(exc)
 
 
+def _body_decode_failure(exc: StarletteHTTPException) -> str | None:
+    """Why the JSON body could not be decoded, when that is what FastAPI's bare 400 ("There was
+    an error parsing the body") is about; None for any other error."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, UnicodeDecodeError):
+        return f"it is not valid UTF-8 (byte {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(cause, ValueError):  # e.g. a number over Python's integer digit limit
+        return f"a number or value cannot be read ({str(cause).split(':', 1)[0][:120]})"
+    return None
+
+
 async def _on_http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if (reason := _body_decode_failure(exc)) is not None:
+        return JSONResponse(
+            error_body("invalid_json", f"request body is not valid JSON: {reason}", field="body"),
+            status_code=400,
+        )
     return JSONResponse(
         error_body(_CODES.get(exc.status_code, "error"), str(exc.detail)),
         status_code=exc.status_code,

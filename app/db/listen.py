@@ -21,6 +21,9 @@ log = structlog.get_logger(__name__)
 
 Callback = Callable[[str], None]
 
+# What a dropped or refused connection raises, while connecting or while setting up LISTEN.
+_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
 
 class Listener:
     """Keeps a LISTEN connection open for a fixed set of channels and dispatches payloads."""
@@ -53,20 +56,28 @@ class Listener:
         first = True
         delay = 0.2
         while True:
-            try:
-                conn: Any = await asyncpg.connect(self._dsn)
-            except (OSError, asyncpg.PostgresError) as exc:
-                if first:
-                    raise
-                log.warning("listener reconnect failed", error=str(exc), retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
+            conn: Any = None
             lost = asyncio.Event()
             try:
+                conn = await asyncpg.connect(self._dsn)
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 for channel, callback in self._callbacks.items():
                     await conn.add_listener(channel, _dispatch(callback))
+            except _CONNECTION_ERRORS as exc:
+                if conn is not None:
+                    conn.terminate()
+                if first:
+                    raise
+                log.warning(
+                    "listener reconnect failed",
+                    error_type=type(exc).__name__,
+                    error=str(exc).split("\n", 1)[0][:200],
+                    retry_in=delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            try:
                 self._connected.set()
                 if not first and self.on_reconnect is not None:
                     self.on_reconnect()  # notifications may have been missed: consumers re-poll

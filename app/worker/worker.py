@@ -1,18 +1,26 @@
 """The worker: claims runs from the lane queue and executes them, up to `concurrency` at once.
 
 Side tasks: a LISTEN connection (`agent_runtime_runs` wakes the claim loop in milliseconds,
-`agent_runtime_cancel` interrupts a run) and the heartbeat thread (leases, recovery, and a
-polled fallback for cancel, and the expiry of overdue tool approvals). The claim loop waits on
+`agent_runtime_cancel` interrupts a run), the heartbeat thread (leases, recovery, and a
+polled fallback for cancel, and the expiry of overdue tool approvals) and the `memory-reembed`
+task (keeps long-term memory embedded by the configured embedder). The claim loop waits on
 "woken | a run finished | poll timeout | stop". On stop it claims nothing more, lets running
 runs finish for a grace period, then hands the rest back to the queue. A run whose tool call
 awaits approval is parked (`awaiting_approval`): its slot is freed at once, its lane stays held.
+
+The database may drop out (a restart, a failover, `pg_terminate_backend`): a database error
+while claiming is logged and retried with a capped exponential backoff (the worker never exits on
+one), and a run cut off by a transient one is handed back to the queue (resumed from its
+transcript) instead of being failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import random
 import secrets
 import socket
 from collections.abc import Callable, Coroutine
@@ -20,11 +28,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+import asyncpg
 import structlog
+from sqlalchemy import exc as sa_exc
 
 from app.config import Settings
 from app.db.engine import Database
 from app.db.listen import Listener
+from app.memory.embedders import EmbedderConfigError, embedder_from_settings
+from app.memory.reembed import run_reembed
 from app.queue.lease import LeasedRun, LeaseLostError
 from app.queue.manager import ClaimedRun, RunQueue
 from app.runtime import events as ev
@@ -38,6 +50,67 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Executor = Callable[[LeasedRun], Coroutine[Any, Any, None]]
+
+
+# SQLSTATE classes of errors that a retry on a fresh connection can get past: connection
+# exception, transaction rollback (serialization, deadlock), insufficient resources (too many
+# connections), operator intervention (admin shutdown, cannot connect now), system error.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+_BACKOFF_FIRST_SECONDS = 0.5
+_BACKOFF_MAX_SECONDS = 15.0
+_MAX_TRANSIENT_HANDBACKS = 5  # from this attempt on, a transient error fails the run
+_REEMBED_STOP_SECONDS = 5.0
+
+
+CLAIM_RETRIED_ERRORS = (
+    sa_exc.DBAPIError,
+    sa_exc.TimeoutError,
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
+"""What the claim loop retries (with backoff) rather than dying of. Wider than the transient
+errors: a database being restarted or switched over also answers "not accepting connections",
+"does not exist" and the like for a while, and a worker that exits stops `serve` altogether."""
+
+
+def is_transient_db_error(exc: BaseException) -> bool:
+    """Whether `exc` is a database outage or blip (worth retrying), not a bug in a query."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        # SQLAlchemy wraps its adapter's error, which wraps asyncpg's: look at the innermost.
+        inner: BaseException | None = exc.orig
+        while inner is not None and inner.__cause__ is not None:
+            inner = inner.__cause__
+        if inner is None:
+            return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+        exc = inner
+    if isinstance(exc, OSError | sa_exc.TimeoutError):
+        return True  # OSError: refused, reset, unreachable, timed out; TimeoutError: pool full
+    if type(exc) is asyncpg.InterfaceError:
+        return True  # "connection is closed" (its subclasses are misuse: bad data, config)
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+
+
+def backoff_seconds(failures: int) -> float:
+    """Delay before retry number `failures` (1, 2, ...): doubling from 0.5 s up to 15 s, with
+    ±20 % jitter so that the workers of a fleet do not all retry at the same instant."""
+    delay = min(_BACKOFF_MAX_SECONDS, _BACKOFF_FIRST_SECONDS * 2.0 ** min(failures - 1, 16))
+    return delay * random.uniform(0.8, 1.2)
+
+
+def _error_summary(exc: BaseException) -> dict[str, str]:
+    """What to log about a database error: the innermost error's type, SQLSTATE and first line
+    (not SQLAlchemy's rendering, which quotes the statement and its parameters)."""
+    inner = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    summary = {"error_type": type(inner).__name__, "error": str(inner).split("\n", 1)[0][:200]}
+    if (sqlstate := getattr(inner, "sqlstate", None)) is not None:
+        summary["sqlstate"] = str(sqlstate)
+    return summary
 
 
 def new_worker_id() -> str:
@@ -75,6 +148,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.claim_failures = 0
+        """Consecutive failed claim attempts (0 once the database answers again)."""
 
     # ------------------------------------------------------------------ control
 
@@ -112,14 +187,17 @@ class Worker:
             on_lost=self._threadsafe(self._signal_lost),
         )
         heartbeat.start()
+        reembed: asyncio.Task[None] | None = None
         log.info(
             "worker started", worker_id=self.worker_id, concurrency=self.settings.worker_concurrency
         )
         try:
+            reembed = self._start_reembed()
             await self._claim_loop()
             await self._drain()
         finally:
             heartbeat.stop()
+            await self._stop_reembed(reembed)
             await listener.stop()
             await asyncio.to_thread(heartbeat.join, 5)
             log.info("worker stopped", worker_id=self.worker_id)
@@ -127,15 +205,70 @@ class Worker:
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            while (
-                len(self._active) < self.settings.worker_concurrency and not self._stopping.is_set()
-            ):
-                claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
-                if claimed is None:
-                    break
-                self._start(claimed)
+            try:
+                await self._claim_available()
+            except CLAIM_RETRIED_ERRORS as exc:
+                self.claim_failures += 1
+                delay = backoff_seconds(self.claim_failures)
+                log.log(
+                    logging.WARNING if is_transient_db_error(exc) else logging.ERROR,
+                    "claiming failed; retrying",
+                    worker_id=self.worker_id,
+                    failures=self.claim_failures,
+                    retry_in=round(delay, 2),
+                    **_error_summary(exc),
+                )
+                # Only stop cuts the backoff short: waking on every NOTIFY would hammer a
+                # database that is refusing connections.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+                continue
+            if self.claim_failures:
+                log.info("claiming again: database is back", worker_id=self.worker_id)
+                self.claim_failures = 0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_seconds)
+
+    async def _claim_available(self) -> None:
+        """Claim runs until the slots are full or no run is claimable."""
+        while len(self._active) < self.settings.worker_concurrency and not self._stopping.is_set():
+            claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
+            if claimed is None:
+                return
+            self._start(claimed)
+
+    def _start_reembed(self) -> asyncio.Task[None] | None:
+        """Start the `memory-reembed` side task (None if the embedder is misconfigured).
+
+        Every worker runs one: batches lock their entries `FOR UPDATE SKIP LOCKED`, so several
+        workers share the work and never embed an entry twice at once.
+        """
+        try:
+            embedder = embedder_from_settings(self.settings)
+        except EmbedderConfigError as exc:
+            log.error("memory re-embed not started: embedder misconfigured", error=str(exc))
+            return None
+        return asyncio.create_task(
+            run_reembed(
+                self.db,
+                embedder,
+                self._stopping,
+                batch=self.settings.memory_reembed_batch,
+                interval_seconds=self.settings.memory_reembed_interval_seconds,
+            ),
+            name="memory-reembed",
+        )
+
+    async def _stop_reembed(self, task: asyncio.Task[None] | None) -> None:
+        """Wait for the re-embed task's current batch (it stops on `_stopping`), then cancel it
+        (its transaction rolls back; the entries stay stale for the next worker)."""
+        if task is None:
+            return
+        _, pending = await asyncio.wait({task}, timeout=_REEMBED_STOP_SECONDS)
+        if pending:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     def _start(self, claimed: ClaimedRun) -> None:
         active = _Active(leased=LeasedRun(self.db, claimed, self.worker_id))
@@ -189,6 +322,9 @@ class Worker:
         except LeaseLostError:
             log_.warning("lease lost; another worker owns the run now")
         except Exception as exc:
+            if is_transient_db_error(exc) and run.attempt < _MAX_TRANSIENT_HANDBACKS:
+                await self._hand_back_after_db_error(leased, exc)
+                return
             log_.exception("run crashed")
             with contextlib.suppress(LeaseLostError):
                 await leased.finish(
@@ -201,6 +337,21 @@ class Worker:
         finally:
             self._active.pop(run.id, None)
             self._wake.set()  # a slot is free (and the lane may have a next run)
+
+    async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
+        """A database blip interrupted the run: return it to its lane to be resumed from the
+        stored transcript, rather than failing it. If the database is still away, the hand-back
+        fails too, and the lease (no longer renewed) expires into the same outcome."""
+        log_ = log.bind(run_id=str(leased.run.id), attempt=leased.run.attempt)
+        log_.warning("database error during the run; handing it back", **_error_summary(exc))
+        try:
+            await leased.hand_back()
+        except LeaseLostError:
+            pass
+        except Exception as again:
+            if not is_transient_db_error(again):
+                raise
+            log_.warning("hand-back failed; the lease will expire instead", **_error_summary(again))
 
     async def _park(self, leased: LeasedRun, waiting: AwaitingApproval) -> None:
         """A tool call awaits approval: park the run (slot freed, lane kept), or finish it

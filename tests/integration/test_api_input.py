@@ -188,3 +188,89 @@ async def test_server_without_jwt_secret_answers_401(database: Database, db_url:
             assert r.status_code == 401, r.text
             assert "no JWT secret" in error_of(r)["message"]
         assert (await api.client.get("/healthz")).status_code == 200
+
+
+# ------------------------------------------------------------------ hostile bodies
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"message": "\xff"}', "UTF-8"),  # not UTF-8 at all
+        (b'{"message": "caf\xe9"}', "UTF-8"),  # Latin-1, as a misconfigured client sends it
+        (b'{"message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"message": ' + b"9" * 5_000 + b"}", "number"),  # over Python's int digit limit
+    ],
+    ids=["xff", "latin-1", "deep-nesting", "huge-int"],
+)
+async def test_undecodable_bodies_are_400_naming_the_body(
+    api: Api, content: bytes, reason: str
+) -> None:
+    r = await api.client.post(
+        "/api/agent-runtime",
+        content=content,
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    error = error_of(r)
+    assert error["code"] == "invalid_json" and error["field"] == "body", error
+    assert reason in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        (b"[]", "body"),
+        (b"null", "body"),
+        (b"42", "body"),
+        (b'{"message": "\xed\xa0\x80"}', "message"),  # an encoded lone surrogate
+        (b'{"message": 1e999999}', "message"),  # parses as infinity
+        (b'{"message": NaN}', "message"),
+        (b'{"message": -Infinity}', "message"),
+        (b'{"message": {"nested": [1, 2, {"deeper": 1e308}]}}', "message"),
+        (b'{"message": ["a", "b"]}', "message"),
+        (b'{"message": true}', "message"),
+        (b'{"message": "hi", "sessionKey": 12345678901234567890}', "sessionKey"),
+        (b'{"message": "hi", "agentId": ["x"]}', "agentId"),
+    ],
+)
+async def test_hostile_json_is_422_naming_the_field(api: Api, content: bytes, field: str) -> None:
+    r = await api.client.post(
+        "/api/agent-runtime",
+        content=content,
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert error_of(r)["field"] == field
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xef\xbb\xbf" + b'{"message": "hi"}',  # UTF-8 byte order mark
+        '{"message": "hi"}'.encode("utf-16"),  # JSON may come in UTF-16 (RFC 8259 readers)
+        b'{"message": "dup", "message": "hi"}',  # duplicate keys: the last one wins
+        b'{"message": "hi", "unknown": {"a": [1, 2, 3]}}',  # unknown fields are ignored
+    ],
+    ids=["bom", "utf-16", "duplicate-key", "unknown-field"],
+)
+async def test_odd_but_decodable_bodies_never_500(api: Api, content: bytes) -> None:
+    r = await api.client.post(
+        "/api/agent-runtime",
+        content=content,
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert r.status_code < 500, r.text
+    if r.status_code != 202:
+        assert error_of(r)["field"] == "body"
+
+
+async def test_a_2_mb_body_is_413_whatever_it_contains(api: Api) -> None:
+    for content in (b"\xff" * 2_000_000, b"[" * 2_000_000, b'{"message": "' + b"a" * 2_000_000):
+        r = await api.client.post(
+            "/api/agent-runtime",
+            content=content,
+            headers={**auth(), "Content-Type": "application/json"},
+        )
+        assert r.status_code == 413, r.text[:200]
+        assert error_of(r)["code"] == "payload_too_large"

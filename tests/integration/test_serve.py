@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -128,9 +129,43 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.e2e
-def test_serve_runs_everything_and_ctrl_c_stops_it(db_url: str, tmp_path: Path) -> None:
-    """`serve` prints a working dev token, serves runs, and Ctrl-C leaves nothing behind."""
+class Serving:
+    """A `serve` process in its own session (process group), started by `serving()`."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], env: dict[str, str], port: int, out: Path, err: Path
+    ) -> None:
+        self.proc = proc
+        self.env = env
+        self.port = port
+        self.out = out
+        self.err = err
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def token(self) -> str:
+        found = re.search(r"export TOKEN=(\S+)", self.out.read_text())
+        assert found is not None, self.out.read_text()
+        return found.group(1)
+
+    def children(self) -> dict[int, str]:
+        ps = subprocess.run(
+            ["ps", "-o", "pid=,args=", "--ppid", str(self.proc.pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        return {int(pid): args for pid, args in (line.split(None, 1) for line in ps.splitlines())}
+
+    def stderr_tail(self) -> str:
+        return self.err.read_text()[-3000:]
+
+
+@contextmanager
+def serving(db_url: str, tmp_path: Path, **extra_env: str) -> Iterator[Serving]:
+    """Start `agent-runtime serve` and wait for its banner; kill what is left on the way out."""
     port = free_port()
     env = {
         **os.environ,
@@ -139,6 +174,7 @@ def test_serve_runs_everything_and_ctrl_c_stops_it(db_url: str, tmp_path: Path) 
         "PORT": str(port),
         "WORKERS": "2",
         "SHUTDOWN_GRACE_SECONDS": "2",
+        **extra_env,
     }
     env.pop("SUPABASE_JWT_SECRET", None)
     out_path, err_path = tmp_path / "serve.out", tmp_path / "serve.err"
@@ -151,39 +187,88 @@ def test_serve_runs_everything_and_ctrl_c_stops_it(db_url: str, tmp_path: Path) 
             stderr=err,
             start_new_session=True,  # its own process group, so we can "press Ctrl-C"
         )
+    serve = Serving(proc, env, port, out_path, err_path)
     try:
         deadline = time.monotonic() + 60
         while "Ctrl-C stops everything" not in out_path.read_text():
-            assert proc.poll() is None, err_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, err_path.read_text()[-3000:]
+            assert proc.poll() is None, serve.stderr_tail()
+            assert time.monotonic() < deadline, serve.stderr_tail()
             time.sleep(0.1)
-        banner = out_path.read_text()
-        assert f"http://127.0.0.1:{port}" in banner
-        token = re.search(r"export TOKEN=(\S+)", banner)
-        assert token is not None, banner
-        r = httpx.post(
-            f"http://127.0.0.1:{port}/api/agent-runtime",
-            json={"message": "hello from serve"},
-            headers={"Authorization": f"Bearer {token.group(1)}"},
-            timeout=10,
-        )
-        assert r.status_code == 202, r.text
-        workers = subprocess.run(
-            ["ps", "-o", "args=", "--ppid", str(proc.pid)], capture_output=True, text=True
-        ).stdout
-        assert workers.count("app.cli worker") == 2 and workers.count("app.cli api") == 1
-
-        run = cli("run", "hi from run", "--url", f"http://127.0.0.1:{port}", env=env)
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert "You said: hi from run" in run.stdout
-
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(30) == 0, err_path.read_text()[-3000:]
+        assert serve.url in out_path.read_text()
+        yield serve
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def assert_nothing_left(serve: Serving) -> None:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))  # the port is free again
-    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+        s.bind(("127.0.0.1", serve.port))  # the port is free again
+    leftover = subprocess.run(
+        ["pgrep", "-s", str(serve.proc.pid)], capture_output=True, text=True, check=False
+    )
     assert leftover.stdout == "", "no process of the session survives"
+
+
+@pytest.mark.e2e
+def test_serve_runs_everything_and_ctrl_c_stops_it(db_url: str, tmp_path: Path) -> None:
+    """`serve` prints a working dev token, serves runs, and Ctrl-C leaves nothing behind."""
+    with serving(db_url, tmp_path) as serve:
+        r = httpx.post(
+            f"{serve.url}/api/agent-runtime",
+            json={"message": "hello from serve"},
+            headers={"Authorization": f"Bearer {serve.token()}"},
+            timeout=10,
+        )
+        assert r.status_code == 202, r.text
+        workers = list(serve.children().values())
+        assert sum("app.cli worker" in w for w in workers) == 2
+        assert sum("app.cli api" in w for w in workers) == 1
+
+        run = cli("run", "hi from run", "--url", serve.url, env=serve.env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "You said: hi from run" in run.stdout
+
+        os.killpg(serve.proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        assert serve.proc.wait(30) == 0, serve.stderr_tail()
+    assert_nothing_left(serve)
+
+
+@pytest.mark.e2e
+def test_serve_stops_everything_on_sigterm(db_url: str, tmp_path: Path) -> None:
+    """SIGTERM to `serve` alone (as systemd, Docker or Kubernetes send it): it stops its children,
+    whose worker hands the run in progress back to the queue, frees the port and exits 0."""
+    with serving(db_url, tmp_path) as serve:
+        r = httpx.post(
+            f"{serve.url}/api/agent-runtime",
+            json={"message": "/sleep 60000"},
+            headers={"Authorization": f"Bearer {serve.token()}"},
+            timeout=10,
+        )
+        assert r.status_code == 202, r.text
+        run_id = r.json()["runId"]
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            deadline = time.monotonic() + 20
+            while run_status(conn, run_id) != "running":
+                assert time.monotonic() < deadline, serve.stderr_tail()
+                time.sleep(0.1)
+        children = serve.children()
+        assert len(children) == 3, children  # the API and two workers
+
+        serve.proc.send_signal(signal.SIGTERM)  # to serve only, not to its process group
+        assert serve.proc.wait(30) == 0, serve.stderr_tail()
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or "(Z)" in Path(f"/proc/{pid}/stat").read_text()
+    assert_nothing_left(serve)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert run_status(conn, run_id) == "queued"  # handed back by its stopping worker
+        types = conn.execute(
+            "SELECT type FROM run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+        ).fetchall()
+    assert [t for (t,) in types][-1] == "run.requeued"
+
+
+def run_status(conn: psycopg.Connection, run_id: str) -> str | None:
+    row = conn.execute("SELECT status FROM agent_run_queue WHERE id = %s", (run_id,)).fetchone()
+    return None if row is None else str(row[0])
