@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """All runtime settings. Each field maps to an upper-case environment variable."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    # AGENT_RUNTIME_ENV_FILE names another file, or none when empty (the test suite uses that
+    # so that a developer's .env never reaches a test).
+    model_config = SettingsConfigDict(
+        env_file=os.environ.get("AGENT_RUNTIME_ENV_FILE", ".env") or None, extra="ignore"
+    )
 
     database_url: str | None = Field(
         default=None,
@@ -41,8 +46,27 @@ class Settings(BaseSettings):
     default_model: str = Field(
         default="offline",
         description="Model of new default agents, and what the model name `default` means "
-        "(e.g. `gemini-2.5-flash` or `openai:gpt-4o-mini`; that provider must be configured).",
+        "(e.g. `gemini-2.5-flash` or `openai:gpt-4o-mini`; that provider must be configured). "
+        "Unset or empty: `gemini-2.5-flash` when Gemini is configured (GEMINI_API_KEY, "
+        "GOOGLE_API_KEY or Vertex AI), else `offline`.",
     )
+
+    @model_validator(mode="after")
+    def _default_model_from_providers(self) -> Settings:
+        """DEFAULT_MODEL not set (or empty): `gemini-2.5-flash` if Gemini is configured, else
+        `offline`. An explicit DEFAULT_MODEL always wins."""
+        if "default_model" not in self.model_fields_set or not self.default_model.strip():
+            self.default_model = "gemini-2.5-flash" if self.gemini_configured() else "offline"
+        return self
+
+    def gemini_configured(self) -> bool:
+        """Whether `gemini-*` models can be served: a (non-empty) GEMINI_API_KEY or
+        GOOGLE_API_KEY, or GOOGLE_GENAI_USE_VERTEXAI with project and location."""
+        if self.google_genai_use_vertexai:
+            return bool(self.google_cloud_project and self.google_cloud_location)
+        keys = (self.gemini_api_key, self.google_api_key)
+        return any(k is not None and k.get_secret_value().strip() for k in keys)
+
     max_turns: int = Field(default=8, ge=1, description="Default model turns per run.")
     run_timeout_seconds: float = Field(
         default=600.0,
@@ -230,6 +254,11 @@ class Settings(BaseSettings):
     google_gemini_base_url: str | None = Field(
         default=None, description="Gemini API endpoint override (proxies, tests)."
     )
+    google_vertex_base_url: str | None = Field(
+        default=None,
+        description="Vertex AI endpoint override (proxies, tests); used instead of "
+        "GOOGLE_GEMINI_BASE_URL when GOOGLE_GENAI_USE_VERTEXAI is on.",
+    )
     openai_api_key: SecretStr | None = Field(
         default=None, description="API key for `openai:<model>` models."
     )
@@ -237,6 +266,12 @@ class Settings(BaseSettings):
         default=None,
         description="OpenAI-compatible endpoint for `openai:<model>` (vLLM, Ollama, llama.cpp, "
         "NIM, …), e.g. `http://localhost:11434/v1`; setting it alone enables the provider.",
+    )
+    openai_structured_output: bool = Field(
+        default=True,
+        description="Send plan requests' JSON schema to `openai:` models as `response_format` "
+        "(`json_schema`). Turn off for servers that reject it (a 400 about `response_format` "
+        "also makes the model retry once without it).",
     )
     model_max_retries: int = Field(
         default=4, ge=0, description="Retries of a model call after transient failures."

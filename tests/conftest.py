@@ -13,15 +13,30 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+# No test may reach a real model provider or pick up a developer's configuration: the settings
+# file is ignored (read when app.config is imported, so this comes first), and the environment
+# loses every setting but DATABASE_URL and every SDK variable. Server and worker processes
+# started by end-to-end tests inherit this environment.
+os.environ["AGENT_RUNTIME_ENV_FILE"] = ""
+
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
 from app.auth.principal import Principal
+from app.config import Settings
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
 
 TEMPLATE_DB = "agent_runtime_test_template"
+_KEPT = {"DATABASE_URL", "AGENT_RUNTIME_ENV_FILE"}
+_SDK_PREFIXES = ("GOOGLE_", "GEMINI_", "OPENAI_", "VERTEX")
+
+for _name in list(os.environ):
+    if _name in _KEPT:
+        continue
+    if _name.lower() in Settings.model_fields or _name.startswith(_SDK_PREFIXES):
+        del os.environ[_name]
 
 
 def _with_database(url: str, name: str) -> str:

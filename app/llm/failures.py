@@ -8,7 +8,7 @@ Providers translate their SDK's exceptions with these helpers so both classify a
 | HTTP 408, 5xx (not 501), connection refused/reset, timeouts, a stream cut short | retried | `model_unavailable_transient` once retries run out |
 | HTTP 400/422 saying the input is too long, HTTP 413 | at once | `model_context_too_long` |
 | other HTTP 400/422 (and other 4xx) | at once | `model_bad_request` |
-| HTTP 401, 403, an invalid API key | at once | `model_auth_failed` |
+| HTTP 401, 403, an invalid API key; Vertex AI credentials missing or refused | at once | `model_auth_failed` |
 | HTTP 404 | at once | `model_not_found` |
 | a blocked prompt or answer (provider safety filters) | at once | `model_safety_block` |
 

@@ -2,15 +2,20 @@
 
 Configured by `GEMINI_API_KEY` (or `GOOGLE_API_KEY`), or by `GOOGLE_GENAI_USE_VERTEXAI=true` with
 `GOOGLE_CLOUD_PROJECT` and `GOOGLE_CLOUD_LOCATION` (Vertex AI, Application Default Credentials).
-`GOOGLE_GEMINI_BASE_URL` points the Gemini API elsewhere (a proxy; the tests' fake server).
+Each mode honours google-genai's own endpoint variable: `GOOGLE_GEMINI_BASE_URL` points the
+Gemini API elsewhere, `GOOGLE_VERTEX_BASE_URL` Vertex AI (a proxy or gateway; the tests' fake
+server). When Gemini is configured and `DEFAULT_MODEL` is not set, it is the default model
+(`Settings.default_model`).
 
 One call is `client.aio.models.generate_content_stream`:
 
 * the request: the system prompt as `system_instruction`; our tools as function declarations
   (their JSON schema as `parameters_json_schema`); the transcript as contents (see
   `gemini_contents.py`); thought summaries requested (`include_thoughts`) from models that think
-  (2.5 and later) when `GEMINI_INCLUDE_THOUGHTS` is on; the SDK's automatic function calling and
-  its own retries off;
+  (2.5 and later) when `GEMINI_INCLUDE_THOUGHTS` is on; structured output (`response_mime_type=
+  "application/json"` + `response_json_schema`) when the request has a `response_schema` and no
+  tools (Gemini 2.x cannot combine the two); the SDK's automatic function calling and its own
+  retries off;
 * the stream: text parts → `TextDelta`, thought parts → `ThinkingDelta`, function-call parts →
   `ToolCallEvent` (when the stream has completed), `usage_metadata` → `Usage` (output tokens
   include thinking tokens);
@@ -29,6 +34,7 @@ from functools import partial
 from typing import Any
 
 from google import genai
+from google.auth import exceptions as auth_errors
 from google.genai import errors as genai_errors
 from google.genai import types
 
@@ -45,9 +51,11 @@ from app.llm.base import (
 )
 from app.llm.clients import SharedClient
 from app.llm.failures import (
+    AUTH_FAILED,
     SAFETY_BLOCK,
     UNAVAILABLE_TRANSIENT,
     TransientModelError,
+    connection_failure,
     http_failure,
     network_failure,
     parse_retry_after,
@@ -89,9 +97,7 @@ def thinks(model: str) -> bool:
 
 def configured(settings: Settings) -> bool:
     """Whether the settings enable Gemini (an API key, or Vertex AI with project and location)."""
-    if settings.google_genai_use_vertexai:
-        return bool(settings.google_cloud_project and settings.google_cloud_location)
-    return _api_key(settings) is not None
+    return settings.gemini_configured()
 
 
 def factory(settings: Settings, policy: RetryPolicy) -> partial[GeminiModel]:
@@ -100,11 +106,17 @@ def factory(settings: Settings, policy: RetryPolicy) -> partial[GeminiModel]:
 
 
 def shared_client(settings: Settings) -> SharedClient[genai.Client]:
-    """The `genai.Client` for these settings, with the SDK's retries off and our timeout."""
+    """The `genai.Client` for these settings, with the SDK's retries off and our timeout.
+
+    The endpoint is `GOOGLE_VERTEX_BASE_URL` in Vertex AI mode and `GOOGLE_GEMINI_BASE_URL`
+    otherwise (as google-genai itself reads them from the environment; here they may also come
+    from `.env`); unset, the SDK's default endpoint for the mode.
+    """
     key = _api_key(settings)
     vertex = settings.google_genai_use_vertexai
+    base_url = settings.google_vertex_base_url if vertex else settings.google_gemini_base_url
     options = types.HttpOptions(
-        base_url=settings.google_gemini_base_url or None,
+        base_url=base_url or None,
         timeout=math.ceil(settings.model_request_timeout_seconds * 1000),
         retry_options=types.HttpRetryOptions(attempts=1),  # ours is the only retry policy
     )
@@ -131,8 +143,11 @@ def shared_client(settings: Settings) -> SharedClient[genai.Client]:
 
 
 def _api_key(settings: Settings) -> str | None:
-    secret = settings.gemini_api_key or settings.google_api_key
-    return secret.get_secret_value() if secret is not None else None
+    """The first non-empty of GEMINI_API_KEY and GOOGLE_API_KEY (stripped), if any."""
+    for secret in (settings.gemini_api_key, settings.google_api_key):
+        if secret is not None and (value := secret.get_secret_value().strip()):
+            return value
+    return None
 
 
 class GeminiModel(Model):
@@ -233,11 +248,16 @@ class GeminiModel(Model):
 
     def _config(self, request: ModelRequest) -> types.GenerateContentConfig:
         tools = _tools(request)
+        # Gemini 2.x rejects JSON mode combined with function calling; plan requests send no
+        # tools, and a request with both keeps the tools (the caller validates the text anyway).
+        structured = request.response_schema is not None and not tools
         return types.GenerateContentConfig(
             system_instruction=request.system_prompt or None,
             tools=tools or None,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             thinking_config=types.ThinkingConfig(include_thoughts=True) if self._thoughts else None,
+            response_mime_type="application/json" if structured else None,
+            response_json_schema=request.response_schema if structured else None,
         )
 
     def _call(self, part: types.Part, *, first: bool) -> ToolCall:
@@ -255,9 +275,19 @@ class GeminiModel(Model):
             headers = getattr(getattr(exc, "response", None), "headers", None)
             retry_after = parse_retry_after(headers) or _retry_info(exc.details)
             return http_failure(PROVIDER, exc.code or 0, reason, retry_after=retry_after)
+        if isinstance(exc, auth_errors.GoogleAuthError):  # Vertex AI: ADC and token refresh
+            return _auth_failure(exc)
         if (transient := network_failure(PROVIDER, exc)) is not None:
             return transient
         return unexpected_failure(PROVIDER, exc)
+
+
+def _auth_failure(exc: auth_errors.GoogleAuthError) -> ModelError | TransientModelError:
+    """Credentials that could not be found or refreshed (Vertex AI): a token endpoint out of
+    reach, or one that asks us to retry, is transient; anything else needs new credentials."""
+    if isinstance(exc, auth_errors.TransportError) or getattr(exc, "retryable", False):
+        return connection_failure(PROVIDER, exc)
+    return ModelError(AUTH_FAILED, f"{PROVIDER}: Google credentials failed: {exc}")
 
 
 def _declarations(request: ModelRequest) -> list[types.FunctionDeclaration]:

@@ -8,7 +8,12 @@ One call is `chat.completions.create(stream=True, stream_options={"include_usage
 
 * the request: the system prompt as a `system` message; the transcript as `user`, `assistant`
   (`content` + `tool_calls`) and `tool` messages (`tool_call_id`; content is the result as text
-  or JSON, or `{"error": …}`); our tools as `function` tools; the SDK's retries off;
+  or JSON, or `{"error": …}`); our tools as `function` tools; a `response_schema` (plan
+  requests, which send no tools) as `response_format={"type": "json_schema", "json_schema":
+  {"name": "plan", "schema": …, "strict": false}}` unless `OPENAI_STRUCTURED_OUTPUT` is off.
+  A server that answers that with a 400/422 naming `response_format` or `json_schema` gets the
+  same request once more without it, and this model sends no `response_format` from then on;
+  the SDK's retries off;
 * the stream: `content` → `TextDelta`; `reasoning_content` (vLLM, DeepSeek) or `reasoning`
   (Ollama, OpenRouter) → `ThinkingDelta`; `tool_calls` fragments are assembled by `index` into
   complete calls, yielded when the stream has completed (arguments that are not a JSON object
@@ -21,13 +26,16 @@ One call is `chat.completions.create(stream=True, stream_options={"include_usage
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
-from openai import APIConnectionError, APIError, APIStatusError, AsyncOpenAI
+import structlog
+from openai import APIConnectionError, APIError, APIStatusError, AsyncOpenAI, AsyncStream
+from openai.types.chat import ChatCompletionChunk
 
 from app.config import Settings
 from app.llm.base import (
@@ -64,6 +72,9 @@ PREFIX = "openai:"
 HINT = "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local OpenAI-compatible server"
 NO_KEY = "unused"
 """The API key sent when only `OPENAI_BASE_URL` is set (the SDK insists on one)."""
+_REJECTS_FORMAT = re.compile(r"response.?format|json.?schema", re.IGNORECASE)
+
+log = structlog.get_logger(__name__)
 
 
 def configured(settings: Settings) -> bool:
@@ -110,6 +121,8 @@ class OpenAIModel(Model):
         self._client = client
         self._policy = policy
         self._secrets = (_api_key(settings),)
+        self._structured = settings.openai_structured_output
+        """Whether to send `response_format` for a `response_schema` (off once rejected)."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the answer to `request`, retrying transient failures."""
@@ -119,16 +132,8 @@ class OpenAIModel(Model):
         calls = _CallAssembler()
         usage: Usage | None = None
         finish: str | None = None
-        tools = to_tools(request.tools)
-        optional: dict[str, Any] = {"tools": tools} if tools else {}
         try:
-            chunks = await self._client.get().chat.completions.create(
-                model=self.model,
-                messages=cast(Any, to_messages(request.system_prompt, request.messages)),
-                stream=True,
-                stream_options={"include_usage": True},
-                **optional,
-            )
+            chunks = await self._open(request)
             async with closing(chunks) as stream:
                 async for chunk in stream:
                     if chunk.usage is not None:
@@ -159,6 +164,36 @@ class OpenAIModel(Model):
         if usage is not None:
             yield usage
 
+    async def _open(self, request: ModelRequest) -> AsyncStream[ChatCompletionChunk]:
+        """Start the streamed call: with `response_format` when wanted, and once more without
+        it when the server rejects it."""
+        structured = self._structured and request.response_schema is not None and not request.tools
+        try:
+            return await self._create(request, structured=structured)
+        except APIStatusError as exc:
+            if not (structured and _rejects_response_format(exc)):
+                raise
+            self._structured = False
+            reason = scrub(_reason(exc), self._secrets)
+            log.warning("response_format rejected; sent without it", model=self.name, reason=reason)
+        return await self._create(request, structured=False)
+
+    async def _create(
+        self, request: ModelRequest, *, structured: bool
+    ) -> AsyncStream[ChatCompletionChunk]:
+        tools = to_tools(request.tools)
+        optional: dict[str, Any] = {"tools": tools} if tools else {}
+        if structured:
+            optional["response_format"] = response_format(request)
+        chunks: AsyncStream[ChatCompletionChunk] = await self._client.get().chat.completions.create(
+            model=self.model,
+            messages=cast(Any, to_messages(request.system_prompt, request.messages)),
+            stream=True,
+            stream_options={"include_usage": True},
+            **optional,
+        )
+        return chunks
+
     def _failure(self, exc: Exception) -> ModelError | TransientModelError:
         if isinstance(exc, APIStatusError):
             reason = scrub(_reason(exc), self._secrets)
@@ -177,6 +212,27 @@ class OpenAIModel(Model):
                 return http_failure(PROVIDER, int(status), reason)
             return TransientModelError(UNAVAILABLE_TRANSIENT, f"{PROVIDER}: {reason}")
         return unexpected_failure(PROVIDER, exc)
+
+
+def response_format(request: ModelRequest) -> dict[str, Any]:
+    """The request's `response_schema` as a (non-strict) `json_schema` response format.
+
+    Not strict: OpenAI's strict mode accepts only a subset of JSON Schema (every property
+    required, no `pattern`/`minLength`, …), and the caller validates the answer anyway.
+    """
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "plan" if request.purpose == "plan" else "answer",
+            "schema": request.response_schema,
+            "strict": False,
+        },
+    }
+
+
+def _rejects_response_format(exc: APIStatusError) -> bool:
+    """A 400/422 that names `response_format` or `json_schema`: the server does not support it."""
+    return exc.status_code in (400, 422) and bool(_REJECTS_FORMAT.search(_reason(exc)))
 
 
 def to_tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:

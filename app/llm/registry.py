@@ -1,8 +1,9 @@
 """Resolving an agent's model name (`offline`, `gemini-…`, `openai:…`) to a `Model`.
 
 Names resolve exactly first, then by prefix (providers register `gemini-` or `openai:` and get the
-whole name). `default` (or no name) means the `DEFAULT_MODEL` setting (`offline` unless set, e.g.
-`DEFAULT_MODEL=gemini-2.5-flash`); it resolves like any other name.
+whole name). `default` (or no name) means the `DEFAULT_MODEL` setting (when not set:
+`gemini-2.5-flash` if Gemini is configured, else `offline`; see `Settings.default_model`); it
+resolves like any other name.
 
 Which providers exist depends on the settings: `offline` always; `gemini-*` and
 `models/gemini-*` with a Gemini API key or Vertex AI settings (`gemini.py`); `openai:*` with an

@@ -1,9 +1,15 @@
-"""Gemini API wire format: `:streamGenerateContent?alt=sse` chunks and error bodies."""
+"""Gemini API wire format: `:streamGenerateContent?alt=sse` chunks and error bodies; and, for
+Vertex AI mode, a service-account key whose OAuth token endpoint is the fake server."""
 
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.fakes.server import JsonReply, StreamReply, sse
 
@@ -71,3 +77,35 @@ def error(
     if details is not None:
         body["details"] = details
     return JsonReply(status, {"error": body}, headers or {})
+
+
+def token(access_token: str = "ya29.test-token", expires_in: int = 3600) -> JsonReply:
+    """An OAuth 2.0 token endpoint's answer (what Vertex AI credentials refresh against)."""
+    body = {"access_token": access_token, "expires_in": expires_in, "token_type": "Bearer"}
+    return JsonReply(200, body)
+
+
+def service_account(path: Path, *, token_uri: str, project: str = "test-project") -> Path:
+    """Write a service-account key file whose tokens come from `token_uri` (the fake server).
+
+    Point `GOOGLE_APPLICATION_CREDENTIALS` at it and google-auth's Application Default
+    Credentials sign a JWT with a fresh RSA key and exchange it there: Vertex AI mode without
+    Google's token endpoint.
+    """
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    info = {
+        "type": "service_account",
+        "project_id": project,
+        "private_key_id": "test-key",
+        "private_key": pem,
+        "client_email": f"tests@{project}.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": token_uri,
+    }
+    path.write_text(json.dumps(info))
+    return path

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -402,3 +403,137 @@ async def test_read_timeout_is_retried(server: FakeServer) -> None:
     server.script(g.stream(g.chunk(g.text("zzz")), hang=True), g.answer("awake"))
     events = await collect(gemini(server, model_request_timeout_seconds=0.3))
     assert StreamReset() in events and final_text(events) == "awake"
+
+
+# ---------------------------------------------------------------------------- structured output
+
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
+    "required": ["steps"],
+}
+
+
+async def test_response_schema_asks_for_json(server: FakeServer) -> None:
+    server.script(g.answer('{"steps": ', '["a"]}'))
+    request = ModelRequest(
+        system_prompt="Plan.",
+        messages=[UserMessage(text="do a")],
+        response_schema=PLAN_SCHEMA,
+        purpose="plan",
+    )
+    assert final_text(await collect(gemini(server), request)) == '{"steps": ["a"]}'
+    config = server.requests[0].json()["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"] == PLAN_SCHEMA
+    assert "responseSchema" not in config
+
+
+async def test_no_json_mode_for_free_text_or_with_tools(server: FakeServer) -> None:
+    server.script(g.answer("free"), g.answer("tools"))
+    await collect(gemini(server, "gemini-2.0-flash"))
+    with_tools = ModelRequest(
+        system_prompt="",
+        messages=[UserMessage(text="read")],
+        tools=[TOOL],
+        response_schema=PLAN_SCHEMA,
+    )
+    await collect(gemini(server, "gemini-2.0-flash"), with_tools)
+    for request in server.requests:
+        config = request.json().get("generationConfig", {})
+        assert "responseMimeType" not in config and "responseJsonSchema" not in config
+    assert "tools" in server.requests[1].json()
+
+
+# ---------------------------------------------------------------------------- Vertex AI
+
+VERTEX_PATH = "/v1beta1/projects/test-project/locations/us-central1/publishers/google/models"
+DEAD_URL = "http://127.0.0.1:9"  # nothing listens there: a request sent to it fails
+
+
+@pytest.fixture
+def vertex_env(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> pytest.MonkeyPatch:
+    """Vertex AI mode from the environment, its endpoint and token endpoint the fake server,
+    and a Gemini API endpoint (and key) that must not be used."""
+    key_file = g.service_account(tmp_path / "sa.json", token_uri=f"{server.url}/token")
+    for name in ("DEFAULT_MODEL", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    values = {
+        "GOOGLE_GENAI_USE_VERTEXAI": "true",
+        "GOOGLE_CLOUD_PROJECT": "test-project",
+        "GOOGLE_CLOUD_LOCATION": "us-central1",
+        "GOOGLE_VERTEX_BASE_URL": server.url,
+        "GOOGLE_GEMINI_BASE_URL": DEAD_URL,
+        "GEMINI_API_KEY": KEY,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key_file),
+        "MODEL_MAX_RETRIES": "0",
+        "MODEL_RETRY_INITIAL_DELAY_SECONDS": "0.01",
+        "MODEL_RETRY_MAX_DELAY_SECONDS": "0.05",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return monkeypatch
+
+
+async def test_vertex_uses_its_own_base_url_and_adc(
+    server: FakeServer, vertex_env: pytest.MonkeyPatch
+) -> None:
+    server.script(
+        g.token("ya29.vertex"),
+        g.stream(
+            g.chunk(g.text("Weighing it.", thought=True)),
+            g.chunk(g.text("From Vertex."), finish="STOP", usage=(9, 3, 2)),
+        ),
+        JsonReply(200, {"totalTokens": 17}),
+    )
+    settings = Settings(_env_file=None)
+    assert settings.default_model == "gemini-2.5-flash"  # Vertex AI alone makes Gemini the default
+    model = ModelRegistry.from_settings(settings).resolve("default")
+    events = await collect(model)
+    assert events == [ThinkingDelta("Weighing it."), TextDelta("From Vertex."), Usage(9, 5)]
+
+    request = ModelRequest(
+        system_prompt="Be brief.", messages=[UserMessage(text="hi")], tools=[TOOL]
+    )
+    assert await model.count_tokens(request) == 17  # Vertex AI counts prompt and tools itself
+
+    token, generate, count = server.requests
+    assert (token.method, token.path) == ("POST", "/token")
+    assert b"assertion=" in token.body
+    assert generate.path == f"{VERTEX_PATH}/gemini-2.5-flash:streamGenerateContent"
+    assert count.path == f"{VERTEX_PATH}/gemini-2.5-flash:countTokens"
+    for sent in (generate, count):
+        assert sent.headers["authorization"] == "Bearer ya29.vertex"  # the token, once fetched
+        assert "x-goog-api-key" not in sent.headers  # the Gemini API key is not Vertex's
+    body = count.json()
+    assert body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    assert body["tools"][0]["functionDeclarations"][0]["name"] == "read_file"
+    assert [c["parts"][0]["text"] for c in body["contents"]] == ["hi"]
+
+
+async def test_gemini_api_mode_ignores_the_vertex_base_url(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GOOGLE_VERTEX_BASE_URL", DEAD_URL)
+    server.script(g.answer("from the Gemini API"))
+    model = gemini(server, google_vertex_base_url=DEAD_URL)
+    assert final_text(await collect(model)) == "from the Gemini API"
+    [request] = server.requests
+    assert request.path.endswith("/models/gemini-2.5-flash:streamGenerateContent")
+    assert "/projects/" not in request.path and request.headers["x-goog-api-key"] == KEY
+
+
+async def test_vertex_credentials_refused_fail_fast(
+    server: FakeServer, vertex_env: pytest.MonkeyPatch
+) -> None:
+    vertex_env.setenv("MODEL_MAX_RETRIES", "2")
+    refused = {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+    server.script(JsonReply(400, refused), g.answer("never"))
+    model = ModelRegistry.from_settings(Settings(_env_file=None)).resolve("gemini-2.5-pro")
+    with pytest.raises(ModelError) as info:
+        await collect(model)
+    assert info.value.code == "model_auth_failed"
+    assert "invalid_grant" in info.value.message and "credentials" in info.value.message
+    assert [r.path for r in server.requests] == ["/token"]

@@ -304,3 +304,116 @@ async def test_base_url_alone_needs_no_key(server: FakeServer) -> None:
     server.script(o.answer("local"))
     assert final_text(await collect(openai(server, openai_api_key=None))) == "local"
     assert server.requests[0].headers["authorization"] == "Bearer unused"
+
+
+# ---------------------------------------------------------------------------- structured output
+
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
+    "required": ["steps"],
+}
+PLAN = ModelRequest(
+    system_prompt="Plan.",
+    messages=[UserMessage(text="do a")],
+    response_schema=PLAN_SCHEMA,
+    purpose="plan",
+)
+PLAN_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "plan", "schema": PLAN_SCHEMA, "strict": False},
+}
+
+
+async def test_response_schema_is_sent_as_response_format(server: FakeServer) -> None:
+    server.script(o.answer('{"steps": ["a"]}'), o.answer("free"))
+    model = openai(server)
+    assert final_text(await collect(model, PLAN)) == '{"steps": ["a"]}'
+    await collect(model)  # a free-text request has none
+    assert server.requests[0].json()["response_format"] == PLAN_FORMAT
+    assert "response_format" not in server.requests[1].json()
+
+
+async def test_no_response_format_with_tools_or_when_switched_off(server: FakeServer) -> None:
+    server.script(o.answer("{}"), o.answer("{}"))
+    with_tools = ModelRequest(
+        system_prompt="", messages=[UserMessage(text="x")], tools=[TOOL], response_schema={}
+    )
+    await collect(openai(server), with_tools)
+    await collect(openai(server, openai_structured_output=False), PLAN)
+    assert ["response_format" in r.json() for r in server.requests] == [False, False]
+
+
+async def test_server_rejecting_response_format_gets_it_no_more(server: FakeServer) -> None:
+    server.script(
+        o.error(400, "response_format of type json_schema is not supported by this server"),
+        o.answer('{"steps": ["a"]}'),
+        o.answer('{"steps": ["b"]}'),
+    )
+    model = openai(server)
+    events = await collect(model, PLAN)
+    assert not any(isinstance(e, RetryNotice) for e in events)  # not a failure: no retry event
+    assert final_text(events) == '{"steps": ["a"]}'
+    assert final_text(await collect(model, PLAN)) == '{"steps": ["b"]}'
+    sent = [r.json() for r in server.requests]
+    assert sent[0]["response_format"] == PLAN_FORMAT
+    assert "response_format" not in sent[1] and "response_format" not in sent[2]
+    assert sent[1]["messages"] == sent[0]["messages"]
+
+
+async def test_other_bad_requests_with_response_format_still_fail_fast(
+    server: FakeServer,
+) -> None:
+    server.script(o.error(400, "Invalid value for 'messages'."), o.answer("never"))
+    with pytest.raises(ModelError) as info:
+        await collect(openai(server), PLAN)
+    assert info.value.code == "model_bad_request" and len(server.requests) == 1
+
+
+# ---------------------------------------------------------------------------- environment, errors
+
+
+async def test_environment_base_url_reaches_the_server(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "DEFAULT_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")  # alone: a local server, no key
+    server.script(o.answer("from ", "env"))
+    registry = ModelRegistry.from_settings(Settings(_env_file=None))
+    assert final_text(await collect(registry.resolve("openai:llama3.1:8b"))) == "from env"
+    [request] = server.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.json()["model"] == "llama3.1:8b"
+    assert request.headers["authorization"] == "Bearer unused"
+
+
+async def test_error_event_in_the_stream_is_retried(server: FakeServer) -> None:
+    overloaded = {"error": {"message": "Upstream model overloaded", "type": "server_error"}}
+    server.script(o.stream(o.content("Half an "), overloaded), o.answer("Whole answer."))
+    events = await collect(openai(server))
+    assert [type(e).__name__ for e in events] == [
+        "TextDelta",
+        "StreamReset",
+        "RetryNotice",
+        "TextDelta",
+        "Usage",
+    ]
+    [notice] = [e for e in events if isinstance(e, RetryNotice)]
+    assert "Upstream model overloaded" in notice.reason
+    assert final_text(events) == "Whole answer." and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(400, "model_bad_request"), ("401", "model_auth_failed"), (429, "model_rate_limited")],
+)
+async def test_error_event_with_a_status_code_is_classified_by_it(
+    server: FakeServer, code: int | str, expected: str
+) -> None:
+    event = {"error": {"message": "Rejected mid-stream", "code": code}}
+    server.script(*[o.stream(event)] * 3)
+    with pytest.raises(ModelError) as info:
+        await collect(openai(server))
+    assert info.value.code == expected and "Rejected mid-stream" in info.value.message
+    assert len(server.requests) == (3 if expected == "model_rate_limited" else 1)
