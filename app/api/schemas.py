@@ -204,7 +204,35 @@ class Health(ApiModel):
 
 
 class Readiness(ApiModel):
-    """Readiness: the database answers and its schema is at the code's migration head."""
+    """Readiness: the database answers and its schema is at the code's migration head.
+
+    `sandbox` reports which isolation `run_python`/`run_shell` get here; it never makes the
+    server not ready (with no usable sandbox those tools refuse, everything else works).
+    """
+
+    class SandboxIsolation(ApiModel):
+        """How code execution is isolated on this server (`app/tools/sandbox/`)."""
+
+        mode: Literal["bubblewrap", "unsafe-subprocess", "disabled", "unknown"] = Field(
+            description="bubblewrap: a real sandbox; unsafe-subprocess: limits and a dropped "
+            "uid but no isolation (explicit opt-in); disabled: code execution refuses (see "
+            "`reason`); unknown: the probe has not finished yet or failed."
+        )
+        available: bool = Field(description="Whether run_python/run_shell can run code.")
+        reason: str | None = Field(default=None, description="Why not, when not available.")
+        userns: bool = Field(
+            default=False, description="bubblewrap runs in a user namespace (else setuid mode)."
+        )
+        uid: int | None = Field(default=None, description="The host uid code runs as.")
+        network: bool = Field(default=False, description="Sandboxes get the host's network.")
+        bwrap: str | None = Field(default=None, description="The bubblewrap binary.")
+        bwrap_version: str | None = None
+        python: str | None = Field(default=None, description="The interpreter of run_python.")
+        limits: dict[str, int] = Field(
+            default_factory=dict,
+            description="Per-call limits: timeoutSeconds, cpuSeconds, memoryMb, maxProcesses, "
+            "maxFileMb, maxOpenFiles, tmpMb, outputMaxChars.",
+        )
 
     status: Literal["ready", "not_ready"]
     database: Literal["ok", "unreachable"]
@@ -215,6 +243,11 @@ class Readiness(ApiModel):
         description="Whether SSE wake-ups come from LISTEN or only from polling."
     )
     error: ErrorInfo | None = Field(default=None, description="What is wrong, when not ready.")
+    sandbox: Readiness.SandboxIsolation = Field(
+        description="The code-execution isolation active here (informational: never makes the "
+        "server not ready).",
+        examples=[{"mode": "bubblewrap", "available": True, "userns": True, "network": False}],
+    )
 
 
 _ERROR_DESCRIPTIONS = {

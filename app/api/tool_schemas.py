@@ -99,8 +99,13 @@ class ToolInfo(ApiModel):
     reason: str = Field(examples=["allowed by the tenant profile 'coding' (group:fs)"])
     rule: RuleInfo
     approval: str | None = Field(
-        description="Why calls may need approval (argument rules: unless the value is "
-        "allowlisted); null: never."
+        description="When calls need approval, whatever their arguments: the tool-pattern or "
+        "risk rule that always applies, else the argument rules with their allowlists; null: "
+        "never.",
+        examples=[
+            "needs approval unless `command` matches the allowlist: prefixes 'ls', 'git status' "
+            "(tenant policy)"
+        ],
     )
 
 
@@ -118,8 +123,12 @@ class ToolsPage(ApiModel):
 
 
 class ToolExecutionInfo(ApiModel):
-    """One tool call of a run."""
+    """One tool call of a run (a `tool_executions` row)."""
 
+    id: UUID = Field(
+        description="The execution's id: the `executionId` of its `tool.started`, "
+        "`tool.completed` and `tool.failed` events."
+    )
     tool_call_id: str
     name: str
     args: dict[str, Any]
@@ -162,7 +171,9 @@ class ApprovalDecisionBody(ApiModel):
         default=0,
         ge=0,
         le=86_400,
-        description="Approve: also approve this tool's calls in this session for this long.",
+        description="Approve: also approve, in this session for this long, later calls of the "
+        "tool that need approval for the same reason (for an argument rule: with the same value "
+        "of that argument).",
     )
     reason: str | None = Field(default=None, max_length=2000)
 

@@ -3,6 +3,11 @@
 A call is recorded as started (`tool.started`, a `tool_executions` row) before it runs, and its
 result is stored with its `tool.completed`/`tool.failed` event in one transaction after it. A
 call that is not executed (policy, cap, denied approval) is stored failed in one transaction.
+
+Every `tool.*` event carries `executionId`, the id of the call's `tool_executions` row (one per
+run and call, kept across retries and approvals), so clients can join the stream with
+`GET /runs/{runId}/tools`. The id is known only once the row is written, inside the same fenced
+transaction; `LeasedRun.write` appends its events after the body, so the body fills it in.
 """
 
 from __future__ import annotations
@@ -55,17 +60,21 @@ class ToolCallWrites:
             self, s: AsyncSession, messages: Sequence[UserMessage | AssistantMessage | ToolResult]
         ) -> list[int]: ...
 
-    async def tool_started(self, call: ToolCall, *, approval_id: UUID | None = None) -> ToolAttempt:
-        """Record that `call` is about to execute and emit `tool.started`."""
-        async with self.write(
-            [(ev.TOOL_STARTED, {"toolCallId": call.id, "name": call.name, "args": call.args})]
-        ) as w:
+    async def tool_started(
+        self, call: ToolCall, *, approval_id: UUID | None = None, purpose: str | None = None
+    ) -> ToolAttempt:
+        """Record that `call` is about to execute and emit `tool.started` (with `purpose`, if
+        given: a housekeeping call such as a memory flush, not a turn of the conversation)."""
+        data: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
+        if purpose is not None:
+            data["purpose"] = purpose
+        async with self.write([(ev.TOOL_STARTED, data)]) as w:
             previous = await w.session.scalar(
                 select(ToolExecution.status).where(
                     ToolExecution.run_id == self.run.id, ToolExecution.tool_call_id == call.id
                 )
             )
-            await self._upsert_execution(
+            data["executionId"] = await self._upsert_execution(
                 w.session,
                 call,
                 {"status": "started"},
@@ -82,7 +91,7 @@ class ToolCallWrites:
                     "error": None,
                 },
             )
-            return ToolAttempt(previous_status=previous)
+        return ToolAttempt(previous_status=previous)
 
     async def _upsert_execution(
         self,
@@ -92,9 +101,10 @@ class ToolCallWrites:
         *,
         approval_id: UUID | None = None,
         on_conflict: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> str:
         """Insert the call's `tool_executions` row with `values`, or update it with them (and
-        `on_conflict`); the worker is this one, the approval is kept unless a new one is given."""
+        `on_conflict`); the worker is this one, the approval is kept unless a new one is given.
+        Returns the row's id (as in events)."""
         stmt = insert(ToolExecution).values(
             tenant_id=self.run.tenant_id,
             run_id=self.run.id,
@@ -107,7 +117,7 @@ class ToolCallWrites:
             **values,
         )
         approval = func.coalesce(stmt.excluded.approval_id, ToolExecution.approval_id)
-        await s.execute(
+        execution_id = await s.scalar(
             stmt.on_conflict_do_update(
                 constraint="tool_executions_run_call_key",
                 set_={
@@ -116,21 +126,20 @@ class ToolCallWrites:
                     **values,
                     **(on_conflict or {}),
                 },
-            )
+            ).returning(ToolExecution.id)
         )
+        assert execution_id is not None
+        return str(execution_id)
 
     async def tool_refused(
         self, call: ToolCall, error: str, *, approval_id: UUID | None = None
     ) -> ToolResult:
         """Store a call that is not executed (policy, cap, denial) as failed, with its event."""
         result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
-        event: EventSpec = (
-            ev.TOOL_FAILED,
-            {"toolCallId": call.id, "name": call.name, "error": error},
-        )
-        async with self.write([event]) as w:
+        data: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "error": error}
+        async with self.write([(ev.TOOL_FAILED, data)]) as w:
             await self._insert_messages(w.session, [result])
-            await self._upsert_execution(
+            data["executionId"] = await self._upsert_execution(
                 w.session,
                 call,
                 {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
@@ -138,25 +147,34 @@ class ToolCallWrites:
             )
         return result
 
-    async def tool_finished(self, result: ToolResult, *, interrupted: bool = False) -> None:
-        """Store the tool's result row, its execution outcome and its event, atomically."""
+    async def tool_finished(
+        self,
+        result: ToolResult,
+        *,
+        interrupted: bool = False,
+        in_transcript: bool = True,
+        purpose: str | None = None,
+    ) -> None:
+        """Store the tool's result row, its execution outcome and its event, atomically.
+
+        `in_transcript=False`: no transcript row (a housekeeping call, e.g. a memory flush, whose
+        call was never an assistant message); `purpose` goes into the event as in `tool_started`.
+        """
+        data: dict[str, Any] = {"toolCallId": result.tool_call_id, "name": result.name}
+        if purpose is not None:
+            data["purpose"] = purpose
         if result.ok:
-            event: EventSpec = (
-                ev.TOOL_COMPLETED,
-                {"toolCallId": result.tool_call_id, "name": result.name, "result": result.result},
-            )
+            event: EventSpec = (ev.TOOL_COMPLETED, {**data, "result": result.result})
         else:
-            event = (
-                ev.TOOL_FAILED,
-                {"toolCallId": result.tool_call_id, "name": result.name, "error": result.error},
-            )
+            event = (ev.TOOL_FAILED, {**data, "error": result.error})
         if interrupted:
             status = "interrupted"
         else:
             status = "completed" if result.ok else "failed"
         async with self.write([event]) as w:
-            await self._insert_messages(w.session, [result])
-            await w.session.execute(
+            if in_transcript:
+                await self._insert_messages(w.session, [result])
+            execution_id = await w.session.scalar(
                 update(ToolExecution)
                 .where(
                     ToolExecution.run_id == self.run.id,
@@ -168,4 +186,7 @@ class ToolCallWrites:
                     error=None if result.ok else {"message": result.error},
                     finished_at=func.now(),
                 )
+                .returning(ToolExecution.id)
             )
+            if execution_id is not None:  # always, for a call `tool_started` recorded
+                event[1]["executionId"] = str(execution_id)

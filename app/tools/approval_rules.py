@@ -17,12 +17,18 @@ A call needs approval when ANY rule triggers:
   contains no shell control characters (``; & | ` $ < > ( ) \\`` or a line break), so that
   `ls; rm -rf ~` does not pass as `ls`. A missing or non-string argument, or one longer than
   4096 characters, is never allowlisted.
+
+When several rules trigger, the call's reason is the most specific one: an argument rule, else a
+tool pattern, else the risk level. The reason decides what a `trustSeconds` grant covers
+(`approvals.py`): the reason of an argument rule, "`ARG` is not on the allowlist", names the
+gated argument (`gated_argument`), so a grant given for one value never covers another.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -34,6 +40,32 @@ MAX_ALLOWLIST = 100
 MAX_REGEX_CHARS = 500
 MAX_CHECKED_CHARS = 4096
 _SHELL_CONTROL = re.compile(r"[;&|`$<>()\\\n\r]")
+ARG_REASON_SUFFIX: Final = "` is not on the allowlist"
+"""The reason of an argument rule is "`ARG`" followed by this (see `gated_argument`)."""
+MAX_DESCRIBED = 10
+"""Allowlist entries shown per list by `ArgRule.describe` (the rest are counted)."""
+
+TriggerKind = Literal["args", "tool", "risk"]
+TRIGGER_ORDER: Final[dict[str, int]] = {"args": 0, "tool": 1, "risk": 2}
+"""Most specific first: the order in which a call's reason is chosen among triggered rules."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """A rule that requires approval of a call: its kind and the reason in words."""
+
+    kind: TriggerKind
+    reason: str
+
+
+def gated_argument(reason: str) -> str | None:
+    """The argument an approval reason gates (argument rules; None: a tool or risk rule).
+
+    Works on a policy's reason with its layer suffix ("… (tenant policy)") too.
+    """
+    if not reason.startswith("`") or ARG_REASON_SUFFIX not in reason:
+        return None
+    return reason[1 : reason.rindex(ARG_REASON_SUFFIX)]
 
 
 class _Rules(BaseModel):
@@ -80,6 +112,22 @@ class ArgRule(_Rules):
                 raise ValueError(f"invalid regex {value!r}: {exc}") from exc
         return values
 
+    @property
+    def reason(self) -> str:
+        """Why a call this rule gates needs approval (names the argument; `gated_argument`)."""
+        return f"`{self.arg}{ARG_REASON_SUFFIX}"
+
+    def describe(self) -> str:
+        """The rule in words, independent of any call (for `GET /tools`)."""
+        if not self.allow_prefixes and not self.allow_regex:
+            return f"every call needs approval: the allowlist of `{self.arg}` is empty"
+        parts = []
+        if self.allow_prefixes:
+            parts.append("prefixes " + _listing(self.allow_prefixes))
+        if self.allow_regex:
+            parts.append("regexes " + _listing(self.allow_regex))
+        return f"needs approval unless `{self.arg}` matches the allowlist: " + "; ".join(parts)
+
     def allowlisted(self, value: object) -> bool:
         """Whether `value` passes the allowlist."""
         if not isinstance(value, str) or len(value) > MAX_CHECKED_CHARS:
@@ -118,13 +166,34 @@ class ApprovalRules(_Rules):
         """The JSONB value to store (camelCase, empty lists left out)."""
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
-    def reason(self, tool: Tool, args: dict[str, Any]) -> str | None:
-        """Why a call of `tool` with `args` needs approval (None: it does not)."""
-        if tool.risk in self.risk:
-            return f"{tool.risk}-risk tool"
+    def triggers(self, tool: Tool, args: dict[str, Any]) -> list[Trigger]:
+        """The rules that require approval of a call of `tool` with `args`, most specific first:
+        argument rules (in order), the first matching tool pattern, the risk level."""
+        found = [
+            Trigger("args", rule.reason)
+            for rule in self.args
+            if matches(rule.tool, tool) and not rule.allowlisted(args.get(rule.arg))
+        ]
         if (pattern := first_match(tuple(self.tools), tool)) is not None:
-            return f"tool matches {pattern!r}"
-        for rule in self.args:
-            if matches(rule.tool, tool) and not rule.allowlisted(args.get(rule.arg)):
-                return f"{rule.arg} is not on the allowlist"
-        return None
+            found.append(Trigger("tool", f"tool matches {pattern!r}"))
+        if tool.risk in self.risk:
+            found.append(Trigger("risk", f"{tool.risk}-risk tool"))
+        return found
+
+    def reason(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        """Why a call of `tool` with `args` needs approval: the most specific triggered rule."""
+        found = self.triggers(tool, args)
+        return found[0].reason if found else None
+
+    def describe(self, tool: Tool) -> tuple[list[str], list[str]]:
+        """The rules that may gate calls of `tool`, in words, whatever the arguments: those that
+        always apply (tool pattern, risk) and the argument rules (which depend on the call)."""
+        always = [t.reason for t in self.triggers(tool, {}) if t.kind != "args"]
+        conditional = [rule.describe() for rule in self.args if matches(rule.tool, tool)]
+        return always, conditional
+
+
+def _listing(values: list[str]) -> str:
+    shown = ", ".join(repr(v) for v in values[:MAX_DESCRIBED])
+    more = len(values) - MAX_DESCRIBED
+    return shown + (f" and {more} more" if more > 0 else "")

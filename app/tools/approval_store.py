@@ -1,7 +1,7 @@
 """Deciding, listing and expiring approvals (API side and the workers' expiry sweep).
 
 A decision locks the run, then the approval; records who decided what and why (the row is the
-audit record); stores a `trustSeconds` grant; puts a parked run back in the queue at the head of
+audit record); stores a `trustSeconds` grant (scoped as `approvals.covers` says); puts a parked run back in the queue at the head of
 its lane and emits `approval.resolved`. An approval past its `expires_at` is a deny: it is
 expired lazily (a decision attempt, a listing) and by every worker's heartbeat
 (`sweep_expired_approvals`), which requeues its run so that the loop feeds the denial back.

@@ -10,10 +10,19 @@ runs the same call again through the gate, which now finds the decision.
 
 The `tool_approvals` row is the audit record: who decided what, when and why. Calls approved
 through a trust grant get an `approved` row too (`decided_by` = who granted the trust).
+
+What a `trustSeconds` grant covers (`covers`): later calls in the same session, until it expires,
+of the same tool whose approval reason is the same — the same rule of the same policy layer —
+and, when that rule is an argument rule (e.g. shell commands outside an allowlist), with the same
+value of the gated argument. Approving `rm -rf build` with trust therefore approves that exact
+command again, never `curl … | sh`; approving a call gated by "high-risk tool" or by a tool
+pattern approves the tool's calls that need approval for that same reason, whatever their
+arguments. A call that needs approval for another reason asks again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
@@ -28,6 +37,7 @@ from app.db.models import ToolApproval, ToolTrust
 from app.queue.events import EventSpec
 from app.queue.manager import ClaimedRun
 from app.runtime import events as ev
+from app.tools.approval_rules import gated_argument
 
 EXPIRED_REASON = "expired: no decision before the deadline"
 
@@ -107,14 +117,53 @@ async def approval_for_call(
     return row
 
 
-async def trust_for(s: AsyncSession, session_id: UUID, tool: str) -> ToolTrust | None:
-    """An unexpired trust grant of the session covering `tool` (latest expiry first)."""
-    grants = await s.scalars(
-        select(ToolTrust)
+def covers(granted: ToolApproval, tool: str, reason: str, args: Mapping[str, Any]) -> bool:
+    """Whether a trust grant given on the approval `granted` covers a call of `tool` with `args`
+    that needs approval for `reason` (see the module docstring)."""
+    if granted.tool != tool or granted.reason != reason:
+        return False
+    arg = gated_argument(reason)
+    return arg is None or _value(granted.args, arg) == _value(args, arg)
+
+
+def _value(args: Mapping[str, Any], arg: str) -> tuple[bool, Any]:
+    """An argument's value, telling a missing argument from a null one."""
+    return arg in args, args.get(arg)
+
+
+async def _grants(s: AsyncSession, session_id: UUID) -> list[tuple[ToolTrust, ToolApproval]]:
+    """The session's unexpired grants with the approvals they were given on, latest expiry first
+    (a grant without its approval covers nothing)."""
+    rows = await s.execute(
+        select(ToolTrust, ToolApproval)
+        .join(ToolApproval, ToolApproval.id == ToolTrust.approval_id)
         .where(ToolTrust.session_id == session_id, ToolTrust.expires_at > func.now())
-        .order_by(ToolTrust.expires_at.desc())
+        .order_by(ToolTrust.expires_at.desc(), ToolTrust.id)
     )
-    return next((g for g in grants if fnmatchcase(tool, g.tool)), None)
+    return [(grant, granted) for grant, granted in rows]
+
+
+async def trust_for(s: AsyncSession, session_id: UUID, tool: str) -> ToolTrust | None:
+    """An unexpired grant of the session for `tool`, whatever it covers: a candidate only.
+
+    `insert_trusted` records the call under a grant that covers its reason and arguments, or
+    raises `AwaitingApproval`; `covering_trust` finds such a grant directly.
+    """
+    return next((g for g, _ in await _grants(s, session_id) if fnmatchcase(tool, g.tool)), None)
+
+
+async def covering_trust(
+    s: AsyncSession, session_id: UUID, request: ApprovalRequest
+) -> ToolTrust | None:
+    """An unexpired grant of the session that covers the call of `request` (`covers`)."""
+    return next(
+        (
+            grant
+            for grant, granted in await _grants(s, session_id)
+            if covers(granted, request.tool, request.reason, request.args)
+        ),
+        None,
+    )
 
 
 async def insert_pending(s: AsyncSession, run: ClaimedRun, request: ApprovalRequest) -> None:
@@ -140,7 +189,17 @@ async def insert_pending(s: AsyncSession, run: ClaimedRun, request: ApprovalRequ
 async def insert_trusted(
     s: AsyncSession, run: ClaimedRun, request: ApprovalRequest, trust: ToolTrust
 ) -> UUID:
-    """Record a call approved by a trust grant (the audit row); returns its id."""
+    """Record a call approved by a trust grant (the audit row); returns its id.
+
+    `trust` is the grant the caller found; the call is recorded under a grant of the session
+    that covers its reason and arguments (`covering_trust`, in this transaction). When none does
+    (`trust_for` finds grants by tool name only) it raises `AwaitingApproval` for `request`: the
+    call waits for a human like one without any grant.
+    """
+    del trust  # a hint only: the grant recorded must cover this very call
+    grant = await covering_trust(s, run.session_id, request)
+    if grant is None:
+        raise AwaitingApproval(request)
     await s.execute(
         insert(ToolApproval)
         .values(
@@ -154,10 +213,10 @@ async def insert_trusted(
             risk=request.risk,
             reason=request.reason,
             status="approved",
-            decided_by=trust.granted_by,
+            decided_by=grant.granted_by,
             decided_at=func.now(),
-            decision_reason=f"trusted until {trust.expires_at.isoformat()} "
-            f"(approval {trust.approval_id})",
+            decision_reason=f"trusted until {grant.expires_at.isoformat()} "
+            f"(approval {grant.approval_id})",
             expires_at=request.expires_at,
         )
         .on_conflict_do_nothing(constraint="tool_approvals_run_call_key")

@@ -26,14 +26,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from app.tools.approval_rules import ApprovalRules
+from app.tools.approval_rules import TRIGGER_ORDER, ApprovalRules
 from app.tools.base import Tool
 from app.tools.patterns import first_match
 
 ProfileName = Literal["minimal", "coding", "messaging", "full"]
 PROFILES: Final[dict[str, tuple[str, ...]]] = {
     "minimal": ("read_file", "list_files", "group:sessions"),
-    "coding": ("group:fs", "group:runtime", "web_fetch"),
+    "coding": ("group:fs", "group:runtime", "group:memory", "web_fetch"),
     "messaging": ("group:sessions", "group:memory", "group:web"),
     "full": ("*",),
 }
@@ -131,11 +131,32 @@ class EffectivePolicy:
         return [t for t in tools if self.evaluate(t).allowed]
 
     def approval_reason(self, tool: Tool, args: dict[str, object]) -> str | None:
-        """Why a call needs approval (None: it does not), naming the layer whose rule triggered."""
+        """Why a call needs approval (None: it does not), naming the layer whose rule triggered.
+
+        Of the rules of both layers that trigger, the most specific decides (an argument rule,
+        else a tool pattern, else the risk level; the tenant's first), because the reason is
+        what a `trustSeconds` grant covers (`approvals.py`).
+        """
+        found = [
+            (TRIGGER_ORDER[trigger.kind], n, i, f"{trigger.reason} ({layer.scope} policy)")
+            for n, layer in enumerate(self.layers())
+            for i, trigger in enumerate(layer.require_approval.triggers(tool, dict(args)))
+        ]
+        return min(found)[3] if found else None
+
+    def approval_rule(self, tool: Tool) -> str | None:
+        """When calls of `tool` need approval, in words, whatever their arguments (None: never).
+
+        A tool-pattern or risk rule gates every call, which makes argument rules moot; else the
+        argument rules are described with their allowlists.
+        """
+        always: list[str] = []
+        conditional: list[str] = []
         for layer in self.layers():
-            if (why := layer.require_approval.reason(tool, dict(args))) is not None:
-                return f"{why} ({layer.scope} policy)"
-        return None
+            unconditional, by_args = layer.require_approval.describe(tool)
+            always += [f"{why} ({layer.scope} policy)" for why in unconditional]
+            conditional += [f"{why} ({layer.scope} policy)" for why in by_args]
+        return "; ".join(always or conditional) or None
 
     @property
     def max_calls_per_turn(self) -> Cap | None:

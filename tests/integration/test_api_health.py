@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from app.api.routes import health
+from app.api.routes.health import SandboxReport
+from app.config import Settings
 from app.db.engine import Database
 from app.db.migrate import head_revision
+from app.tools.sandbox.detect import describe_isolation
 from tests.integration.api_support import error_of, make_settings, running_api
 
 pytestmark = pytest.mark.timeout(30)
@@ -83,6 +91,108 @@ async def test_unreachable_database_is_503_not_500() -> None:
         assert r.status_code == 503, r.text
         assert r.json()["database"] == "unreachable" and r.json()["events"] == "polling"
         assert (await api.client.get("/healthz")).status_code == 200
+        assert r.json()["sandbox"]["mode"] in ("bubblewrap", "disabled")  # reported all the same
+
+
+# ---------------------------------------------------------------------------- sandbox isolation
+
+
+async def test_readyz_says_which_sandbox_isolation_is_active(
+    database: Database, db_url: str
+) -> None:
+    settings = make_settings(db_url)
+    async with running_api(settings, database) as api:
+        r = await api.client.get("/readyz")
+    assert r.status_code == 200, r.text
+    sandbox = r.json()["sandbox"]
+    assert sandbox == describe_isolation(settings)  # what this machine offers, every field
+    assert sandbox["mode"] in ("bubblewrap", "disabled")  # never a silent unsafe fallback
+    assert sandbox["network"] is False
+    assert sandbox["limits"]["timeoutSeconds"] == settings.sandbox_timeout_seconds
+
+
+@pytest.mark.parametrize("mode", ["disabled", "unsafe-subprocess"])
+async def test_readyz_reports_a_disabled_or_unsafe_sandbox_and_stays_ready(
+    database: Database, db_url: str, mode: str
+) -> None:
+    async with running_api(make_settings(db_url, sandbox_mode=mode), database) as api:
+        r = await api.client.get("/readyz")
+    assert r.status_code == 200 and r.json()["status"] == "ready", r.text
+    sandbox = r.json()["sandbox"]
+    assert sandbox["mode"] == mode
+    if mode == "disabled":
+        assert sandbox["available"] is False and "SANDBOX_MODE=disabled" in sandbox["reason"]
+    else:
+        assert sandbox["available"] is True and sandbox["bwrap"] is None
+
+
+class CountingProbe:
+    """A stand-in for `describe_isolation` that counts its calls and the threads they ran on."""
+
+    def __init__(self, *, delay: float = 0.0, fail: bool = False, available: bool = True) -> None:
+        self.delay, self.fail, self.available = delay, fail, available
+        self.threads: list[int] = []
+
+    def __call__(self, settings: Settings) -> dict[str, Any]:
+        self.threads.append(threading.get_ident())
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("probe exploded")
+        if not self.available:
+            return {"mode": "disabled", "available": False, "reason": "no bwrap"}
+        return {"mode": "bubblewrap", "available": True, "userns": True, "limits": {}}
+
+
+async def test_sandbox_probe_runs_off_the_event_loop_once(database: Database, db_url: str) -> None:
+    probe = CountingProbe()
+    async with running_api(make_settings(db_url), database) as api:
+        api.app.state.sandbox_report = SandboxReport(api.runtime.settings, probe)
+        for _ in range(3):
+            r = await api.client.get("/readyz")
+            assert r.json()["sandbox"]["mode"] == "bubblewrap"
+    assert len(probe.threads) == 1  # cached
+    assert probe.threads[0] != threading.get_ident()  # not on the event loop's thread
+
+
+async def test_an_unavailable_sandbox_is_probed_again_later(
+    database: Database, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = CountingProbe(available=False)
+    async with running_api(make_settings(db_url), database) as api:
+        api.app.state.sandbox_report = SandboxReport(api.runtime.settings, probe)
+        await api.client.get("/readyz")
+        await api.client.get("/readyz")
+        assert len(probe.threads) == 1  # cached for a while
+        monkeypatch.setattr(health, "SANDBOX_RECHECK_SECONDS", 0.0)
+        r = await api.client.get("/readyz")
+    assert len(probe.threads) == 2 and r.json()["sandbox"]["reason"] == "no bwrap"
+
+
+async def test_a_slow_or_broken_probe_never_makes_the_server_not_ready(
+    database: Database, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(health, "SANDBOX_WAIT_SECONDS", 0.1)
+    async with running_api(make_settings(db_url), database) as api:
+        api.app.state.sandbox_report = SandboxReport(api.runtime.settings, CountingProbe(delay=1))
+        started = time.monotonic()
+        r = await api.client.get("/readyz")
+        assert time.monotonic() - started < 0.9  # did not wait for the probe
+        assert r.status_code == 200 and r.json()["status"] == "ready"
+        assert r.json()["sandbox"] == {
+            **r.json()["sandbox"],
+            "mode": "unknown",
+            "available": False,
+            "reason": "the sandbox probe is still running",
+        }
+        await asyncio.sleep(1)
+        r = await api.client.get("/readyz")  # the same probe has finished meanwhile
+        assert r.json()["sandbox"]["mode"] == "bubblewrap"
+
+        api.app.state.sandbox_report = SandboxReport(api.runtime.settings, CountingProbe(fail=True))
+        r = await api.client.get("/readyz")
+    assert r.status_code == 200 and r.json()["status"] == "ready"
+    assert r.json()["sandbox"]["mode"] == "unknown"
+    assert r.json()["sandbox"]["reason"] == "the sandbox probe failed: RuntimeError"
 
 
 async def test_unexpected_errors_are_a_json_500_without_internals(

@@ -398,7 +398,12 @@ async def test_interrupted_call_reruns_only_if_idempotent(
         assert (b.status, b.attempt) == ("interrupted", 2)
         assert not results["call_b"].ok and results["call_b"].error == INTERRUPTED
         failed = dict(await events(alive))[ev.TOOL_FAILED]
-        assert failed == {"toolCallId": "call_b", "name": "count", "error": INTERRUPTED}
+        assert failed == {
+            "toolCallId": "call_b",
+            "name": "count",
+            "error": INTERRUPTED,
+            "executionId": str(b.id),
+        }
     run = await run_row(alive)
     assert run.status == "completed" and run.result is not None
     assert (

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from uuid import UUID
 
 import pytest
 
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
+from app.runtime import events as ev
 from app.runtime.loop import execute_run
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 from tests.integration.policy_support import (
     Recorder,
     catalog_with,
     default_agent_id,
+    run_events,
     tool_line,
 )
 
@@ -142,7 +145,12 @@ async def test_tools_explains_what_is_allowed_and_why(
             "profile": "coding",
             "allow": ["sessions_*"],
             "deny": ["delete_file"],
-            "requireApproval": {"tools": ["write_file"]},
+            "requireApproval": {
+                "tools": ["write_file"],
+                "args": [
+                    {"tool": "run_shell", "arg": "command", "allowPrefixes": ["ls", "git status"]}
+                ],
+            },
             "maxCallsPerRun": 20,
         },
         headers=auth(),
@@ -170,6 +178,10 @@ async def test_tools_explains_what_is_allowed_and_why(
     assert allowed["admin_tool"]["ownerOnly"] and allowed["admin_tool"]["risk"] == "high"
     assert allowed["write_file"]["approval"] == "tool matches 'write_file' (tenant policy)"
     assert allowed["read_file"]["approval"] is None
+    assert allowed["run_shell"]["approval"] == (
+        "needs approval unless `command` matches the allowlist: prefixes 'ls', 'git status' "
+        "(tenant policy)"
+    )
     assert allowed["write_file"]["parameters"]["required"] == ["path", "content"]
     assert denied["delete_file"]["reason"] == "denied by the tenant deny pattern 'delete_file'"
     assert denied["web_fetch"]["reason"] == "denied by the agent deny pattern 'web_*'"
@@ -224,6 +236,21 @@ async def test_run_tools_lists_the_runs_tool_calls(
     assert rows["read_file"]["error"] == {"message": "no such file: missing.txt"}
     assert rows["delete_file"]["status"] == "failed"
     assert "denied by the tenant deny pattern" in rows["delete_file"]["error"]["message"]
+
+    # every tool.* event carries the id of its call's row: completed, failed and refused calls
+    evs = await run_events(database, alice, UUID(run["runId"]))
+    by_call = {e["toolCallId"]: e["id"] for e in page["executions"]}
+    assert len(set(by_call.values())) == 3
+    tool_events = [(t, d) for t, d in evs if t.startswith("tool.")]
+    assert [t for t, _ in tool_events] == [
+        ev.TOOL_STARTED,
+        ev.TOOL_COMPLETED,
+        ev.TOOL_STARTED,
+        ev.TOOL_FAILED,
+        ev.TOOL_FAILED,  # delete_file: refused by the policy, never started
+    ]
+    for _, data in tool_events:
+        assert data["executionId"] == by_call[data["toolCallId"]]
 
     other = await api.client.get(
         f"/api/agent-runtime/runs/{run['runId']}/tools", headers=auth("mallory")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.memory.tools import memory_tools
 from app.tools.base import Tool, ToolContext
 from app.tools.patterns import InvalidPatternError, matches, validate_pattern, validate_patterns
 from app.tools.policy import PROFILES, EffectivePolicy, PolicyLayer
@@ -102,7 +103,10 @@ def test_patterns_are_stripped_and_deduplicated() -> None:
 def test_default_profile_is_coding() -> None:
     policy = EffectivePolicy()
     assert policy.profile == ("coding", "default")
-    assert allowed(policy) == {"read_file", "write_file", "run_shell", "web_fetch"}
+    assert allowed(policy) == {"read_file", "write_file", "run_shell", "web_fetch", "memory_store"}
+    assert policy.evaluate(MEMORY).reason == (
+        "allowed by the default profile 'coding' (group:memory)"
+    )
     verdict = policy.evaluate(SHELL)
     assert verdict.allowed and verdict.reason == (
         "allowed by the default profile 'coding' (group:runtime)"
@@ -116,7 +120,8 @@ def test_default_profile_is_coding() -> None:
     ("profile", "expected"),
     [
         ("minimal", {"read_file", "sessions_list"}),
-        ("coding", {"read_file", "write_file", "run_shell", "web_fetch"}),
+        # coding remembers across sessions (memory) but has no web_search or sessions tools
+        ("coding", {"read_file", "write_file", "run_shell", "web_fetch", "memory_store"}),
         ("messaging", {"sessions_list", "memory_store", "web_fetch", "web_search"}),
         ("full", {t.name for t in ALL} - {"admin_reset"}),  # owner-only still needs the owner
     ],
@@ -124,6 +129,16 @@ def test_default_profile_is_coding() -> None:
 def test_profiles(profile: str, expected: set[str]) -> None:
     assert profile in PROFILES
     assert allowed(EffectivePolicy(tenant=tenant(profile=profile))) == expected
+
+
+def test_default_agent_has_every_memory_tool_and_minimal_none() -> None:
+    """Agents remember across sessions by default (issue 5); `minimal` stays least privilege."""
+    memory = {t.name for t in memory_tools()}
+    assert memory == {"memory_store", "memory_search", "memory_get", "memory_forget"}
+    assert {t.name for t in EffectivePolicy().allowed(memory_tools())} == memory
+    messaging = EffectivePolicy(tenant=tenant(profile="messaging"))
+    assert {t.name for t in messaging.allowed(memory_tools())} == memory
+    assert EffectivePolicy(tenant=tenant(profile="minimal")).allowed(memory_tools()) == []
 
 
 def test_agent_profile_replaces_tenant_profile_and_null_inherits() -> None:

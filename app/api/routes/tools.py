@@ -56,7 +56,7 @@ def tool_info(tool: Tool, policy: EffectivePolicy) -> ToolInfo:
         rule=RuleInfo(
             kind=verdict.kind, scope=verdict.scope, pattern=verdict.pattern, profile=verdict.profile
         ),
-        approval=policy.approval_reason(tool, {}) if verdict.allowed else None,
+        approval=policy.approval_rule(tool) if verdict.allowed else None,
     )
 
 
@@ -128,6 +128,7 @@ def execution_info(
     if row.finished_at is not None:
         duration = max(0, round((row.finished_at - row.started_at).total_seconds() * 1000))
     return ToolExecutionInfo(
+        id=row.id,
         tool_call_id=row.tool_call_id,
         name=row.name,
         args=row.args,
