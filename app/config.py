@@ -130,7 +130,11 @@ class Settings(BaseSettings):
         description="MMR trade-off: 1 = relevance only, lower = more diversity.",
     )
     memory_hnsw_ef_search: int = Field(
-        default=100, ge=1, le=1000, description="pgvector `hnsw.ef_search` for memory search."
+        default=200,
+        ge=1,
+        le=1000,
+        description="pgvector `hnsw.ef_search` for memory search (higher: better recall, slower; "
+        "see BENCHMARKS.md).",
     )
     memory_reembed_batch: int = Field(
         default=64, ge=1, le=1000, description="Entries re-embedded per transaction."

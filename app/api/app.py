@@ -13,7 +13,17 @@ from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
 from app.api.limits import BodySizeLimit
-from app.api.routes import agents, approvals, health, policies, runs, sessions, stream, tools
+from app.api.routes import (
+    agents,
+    approvals,
+    health,
+    memory,
+    policies,
+    runs,
+    sessions,
+    stream,
+    tools,
+)
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
 from app.config import Settings
 from app.db.engine import Database
@@ -81,6 +91,6 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     app.state.settings = settings
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
-    for module in (runs, stream, sessions, agents, tools, policies, approvals, health):
+    for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
         app.include_router(module.router)
     return app

@@ -13,35 +13,74 @@ vectors of the active embedder.
 
 Finding the tenants uses `Database.queue()` (role agent_runtime_worker, which may read only
 `tenant_id`, `embedder`, `embedding_dim` of memory entries — migration 0002); each batch then runs
-as that tenant through `Database.tenant()`. Batches lock their rows `FOR UPDATE SKIP LOCKED`, so
-several workers share the work without embedding an entry twice. `updated_at` is left alone:
-re-embedding does not make an entry "recent".
+as that tenant through `Database.tenant()`, in three steps, so that no transaction and no row lock
+is held while the provider embeds (which may take up to 30 s):
+
+1. a short transaction reads the ids, content and current `(embedder, embedding_dim)` of up to
+   `batch` stale entries (no locks);
+2. the contents are embedded with no transaction open;
+3. a short transaction writes each vector only where the row still has that exact content and
+   that old `(embedder, embedding_dim)`. An entry edited meanwhile (its new content was embedded
+   by the edit, or will be by the next batch) or deleted is left alone: a vector of old content
+   never overwrites a concurrent edit. An edit of tags or importance only does not block the write
+   (the vector depends on the content alone).
+
+Several worker processes may run `run_reembed` at once. Step 3 alone keeps that correct (the
+second writer of an entry finds it no longer stale and writes nothing); to also keep them from
+paying the provider twice for the same entries, each tenant's batch runs under a session-level
+advisory lock (`pg_try_advisory_lock`, per tenant) taken on a connection in autocommit mode — so it
+is held across the embed call without any open transaction — and a worker that finds a tenant's
+lock taken moves on to the next tenant. `updated_at` is left alone: re-embedding does not make an
+entry "recent".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
 
 import structlog
-from sqlalchemy import ColumnElement, func, or_, select, text, update
+from sqlalchemy import ColumnElement, func, or_, select, text
 
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.db.models import MemoryEntry
 from app.memory.embedders import Embedder, EmbeddingError
+from app.memory.search import vector_literal
 
 log = structlog.get_logger(__name__)
 
 REEMBED_USER = "system:memory-reembed"
 """The `sub` of the principal the re-embed task acts as within each tenant."""
 
+LOCK_PREFIX = "agent-runtime:memory-reembed:"
+"""Prefix of the advisory-lock key of a tenant's re-embedding (hashed with the tenant id)."""
+
 _STALE_TENANTS = text(
     "SELECT DISTINCT tenant_id FROM agent_memory_entries "
     "WHERE embedder IS DISTINCT FROM :embedder OR embedding_dim IS DISTINCT FROM :dim "
     "ORDER BY tenant_id"
 )
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
+_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))")
+
+# Step 3: one statement for the batch; a row is written only if it is still what was embedded.
+_WRITE_IF_UNCHANGED = text("""
+UPDATE agent_memory_entries AS e
+SET embedding = CAST(v.embedding AS vector), embedder = :embedder, embedding_dim = :dim
+FROM unnest(CAST(:ids AS uuid[]), CAST(:contents AS text[]), CAST(:old_embedders AS text[]),
+            CAST(:old_dims AS integer[]), CAST(:vectors AS text[]))
+     AS v(id, content, old_embedder, old_dim, embedding)
+WHERE e.id = v.id
+  AND e.content = v.content
+  AND e.embedder IS NOT DISTINCT FROM v.old_embedder
+  AND e.embedding_dim IS NOT DISTINCT FROM v.old_dim
+RETURNING e.id
+""")
 
 
 def _stale(embedder: Embedder) -> ColumnElement[bool]:
@@ -60,38 +99,78 @@ async def stale_tenants(db: Database, embedder: Embedder) -> list[str]:
         return [r.tenant_id for r in rows]
 
 
+@contextlib.asynccontextmanager
+async def tenant_lock(db: Database, tenant_id: str) -> AsyncIterator[bool]:
+    """Try to take the tenant's re-embed lock; yields whether it was taken (never waits).
+
+    A session-level advisory lock on a dedicated autocommit connection: held while the batch is
+    embedded, yet no transaction stays open. Released on exit; if releasing fails, the connection
+    is discarded (closing it releases the lock server-side) rather than returned to the pool.
+    """
+    key = {"key": LOCK_PREFIX + tenant_id}
+    async with db.engine.connect() as raw:
+        conn = await raw.execution_options(isolation_level="AUTOCOMMIT")
+        taken = bool(await conn.scalar(_TRY_LOCK, key))
+        try:
+            yield taken
+        finally:
+            if taken:
+                try:
+                    await conn.execute(_UNLOCK, key)
+                except BaseException:
+                    await conn.invalidate()
+                    raise
+
+
 async def _reembed_tenant(
     db: Database, principal: Principal, embedder: Embedder, batch: int
 ) -> int:
-    async with db.tenant(principal) as s:
-        rows = (
-            await s.execute(
-                select(MemoryEntry.id, MemoryEntry.content)
-                .where(_stale(embedder))
-                .order_by(MemoryEntry.created_at, MemoryEntry.id)
-                .limit(batch)
-                .with_for_update(skip_locked=True)
-            )
-        ).all()
+    async with tenant_lock(db, principal.tenant_id) as taken:
+        if not taken:  # another worker is re-embedding this tenant right now
+            return 0
+        async with db.tenant(principal) as s:  # 1. read (no locks)
+            rows = (
+                await s.execute(
+                    select(
+                        MemoryEntry.id,
+                        MemoryEntry.content,
+                        MemoryEntry.embedder,
+                        MemoryEntry.embedding_dim,
+                    )
+                    .where(_stale(embedder))
+                    .order_by(MemoryEntry.created_at, MemoryEntry.id)
+                    .limit(batch)
+                )
+            ).all()
         if not rows:
             return 0
-        vectors = await embedder.embed([r.content for r in rows], "document")
-        await s.execute(
-            update(MemoryEntry),
-            [
-                {
-                    "id": r.id,
-                    "embedding": vector,
-                    "embedder": embedder.name,
-                    "embedding_dim": embedder.dimension,
-                }
-                for r, vector in zip(rows, vectors, strict=True)
-            ],
+        vectors = await embedder.embed([r.content for r in rows], "document")  # 2. no transaction
+        if len(vectors) != len(rows):
+            raise EmbeddingError(f"{embedder.name} returned {len(vectors)} vectors for {len(rows)}")
+        params: dict[str, Any] = {
+            "embedder": embedder.name,
+            "dim": embedder.dimension,
+            "ids": [r.id for r in rows],
+            "contents": [r.content for r in rows],
+            "old_embedders": [r.embedder for r in rows],
+            "old_dims": [r.embedding_dim for r in rows],
+            "vectors": [vector_literal(v) for v in vectors],
+        }
+        async with db.tenant(principal) as s:  # 3. write where unchanged
+            written: list[UUID] = list((await s.execute(_WRITE_IF_UNCHANGED, params)).scalars())
+    if len(written) < len(rows):
+        log.info(
+            "memory re-embed skipped entries changed meanwhile",
+            tenant=principal.tenant_id,
+            skipped=len(rows) - len(written),
         )
     log.info(
-        "memory re-embedded", tenant=principal.tenant_id, entries=len(rows), embedder=embedder.name
+        "memory re-embedded",
+        tenant=principal.tenant_id,
+        entries=len(written),
+        embedder=embedder.name,
     )
-    return len(rows)
+    return len(written)
 
 
 async def reembed_pending(
@@ -99,10 +178,12 @@ async def reembed_pending(
 ) -> int:
     """Re-embed up to `batch` stale entries of `principal`'s tenant (None: of each stale tenant).
 
-    Returns the number of entries re-embedded (0: nothing was stale, or all of it is locked by
-    another worker). A failing batch changes nothing; `EmbeddingError` is raised when nothing
-    could be done (with `principal=None`, other tenants' batches still go ahead). An entry the
-    provider always rejects stays stale and is retried each round (found by full text meanwhile).
+    Returns the number of entries re-embedded (0: nothing was stale, or another worker is
+    re-embedding the tenant right now). Entries edited while their batch was being embedded are
+    skipped (still stale, taken by a later batch). A failing batch changes nothing;
+    `EmbeddingError` is raised when nothing could be done (with `principal=None`, other tenants'
+    batches still go ahead). An entry the provider always rejects stays stale and is retried each
+    round (found by full text meanwhile).
     """
     if principal is not None:
         return await _reembed_tenant(db, principal, embedder, batch)

@@ -72,9 +72,15 @@ class MemoryCreate(_Body):
 
 
 class MemoryUpdate(_Body):
-    """Fields to change (at least one); new content is re-embedded but not re-chunked."""
+    """Fields to change (at least one); new content (one chunk at most) is re-embedded."""
 
-    content: str | None = Field(default=None, min_length=1, max_length=MAX_DOCUMENT_CHARS)
+    content: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_DOCUMENT_CHARS,
+        description="At most MEMORY_CHUNK_CHARS characters: an entry is one chunk; store a "
+        "longer document with POST, which chunks it.",
+    )
     tags: list[str] | None = Field(default=None, max_length=MAX_TAGS, description=_TAGS)
     importance: float | None = Field(default=None, ge=0, le=1, strict=True, description=_IMPORTANCE)
 
@@ -89,7 +95,9 @@ class MemorySearch(_Body):
     """A hybrid search."""
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    limit: int = Field(default=10, ge=1, le=MAX_LIMIT)
+    limit: int = Field(
+        default=10, ge=1, le=MAX_LIMIT, strict=True, description=f"1..{MAX_LIMIT} results."
+    )
     tags: list[str] | None = Field(
         default=None, max_length=MAX_TAGS, description="Only entries with all of these tags."
     )

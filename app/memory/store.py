@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -97,6 +97,10 @@ class ListCursor:
         created = datetime.fromisoformat(ts)
         if created.tzinfo is None:
             raise ValueError("the cursor's timestamp has no time zone")
+        try:  # e.g. year 1 at +14:00 is before year 1 in UTC: Postgres cannot take it
+            created = created.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the cursor's timestamp is out of range") from None
         return cls(created, UUID(ident))
 
 
@@ -148,8 +152,8 @@ def _record(row: dict[str, Any]) -> MemoryRecord:
 async def touch(session: AsyncSession, ids: list[UUID]) -> None:
     """Count a retrieval of these entries (access_count, last_accessed_at).
 
-    Best effort: rows locked right now (being re-embedded or updated) are skipped rather than
-    waited for, so a read never queues behind an embedding call.
+    Best effort: rows locked right now (by a concurrent update or re-embed write) are skipped
+    rather than waited for, so a read never queues behind a writer.
     """
     if ids:
         unlocked = (
@@ -270,11 +274,20 @@ class MemoryStore:
         tags: list[str] | None = None,
         importance: float | None = None,
     ) -> MemoryRecord | None:
-        """Change content (re-embedded, not re-chunked), tags and/or importance; None if absent."""
+        """Change content (re-embedded), tags and/or importance; None if absent.
+
+        An entry is one chunk: content longer than `chunk_chars` raises ValueError (it would
+        bypass chunking and may exceed what an embedding model takes; store it with `create`).
+        """
         values: dict[str, Any] = {"updated_at": func.now()}
         if content is not None:
             if not content.strip():
                 raise ValueError("content must not be empty")
+            if len(content) > self.chunk_chars:
+                raise ValueError(
+                    f"content is longer than one chunk ({self.chunk_chars} characters); "
+                    "store a long document as a new memory, which is chunked"
+                )
             embedder, vectors = await self._embed([content])
             values |= {
                 "content": content,

@@ -61,12 +61,8 @@ class FailingEmbedder(Embedder):
 
 
 def memory_app(settings: Settings, database: Database, embedder: Embedder | None = None) -> FastAPI:
-    """The API app with the memory router (added unless the app already has it)."""
+    """The API app exactly as `create_app` ships it (`embedder`: override the configured one)."""
     app = create_app(settings, database=database)
-    if not any(
-        getattr(r, "path", "").startswith(memory_routes.router.prefix) for r in app.router.routes
-    ):
-        app.include_router(memory_routes.router)
     if embedder is not None:
         app.dependency_overrides[memory_routes.memory_embedder] = lambda: embedder
     return app

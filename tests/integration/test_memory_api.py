@@ -11,7 +11,7 @@ import pytest
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.queue.manager import RunQueue
-from tests.integration.api_support import auth, error_of, make_settings
+from tests.integration.api_support import auth, error_of, make_settings, running_api
 from tests.integration.memory_support import memory_client
 
 BASE = "/api/agent-runtime/memory"
@@ -181,12 +181,36 @@ async def test_other_422s(client: httpx.AsyncClient) -> None:
         (client.post(f"{BASE}/search", json={"query": " "}, headers=auth()), "query"),
         (client.post(f"{BASE}/search", json={"query": "x", "limit": 0}, headers=auth()), "limit"),
         (client.post(f"{BASE}/search", json={"query": "x", "limit": 51}, headers=auth()), "limit"),
+        # strict: no bool, string or float passes as a count
+        (
+            client.post(f"{BASE}/search", json={"query": "x", "limit": True}, headers=auth()),
+            "limit",
+        ),
+        (client.post(f"{BASE}/search", json={"query": "x", "limit": "5"}, headers=auth()), "limit"),
+        (client.post(f"{BASE}/search", json={"query": "x", "limit": 5.0}, headers=auth()), "limit"),
+        (
+            client.post(f"{BASE}/search", json={"query": "x", "limit": None}, headers=auth()),
+            "limit",
+        ),
+        (
+            client.post(f"{BASE}/search", json={"query": "x" * 2001}, headers=auth()),
+            "query",
+        ),
+        (client.patch(f"{BASE}/not-a-uuid", json={"tags": ["a"]}, headers=auth()), "id"),
+        # an entry is one chunk (400 characters here): a longer PATCH would bypass chunking
+        (client.patch(url, json={"content": "y" * 401}, headers=auth()), "content"),
         (
             client.post(f"{BASE}/search", json={"query": "x", "agentId": "1"}, headers=auth()),
             "agentId",
         ),
         (client.get(BASE, params={"limit": 0}, headers=auth()), "limit"),
         (client.get(BASE, params={"before": "garbage"}, headers=auth()), "before"),
+        (  # year 1 at +14:00 is before year 1 in UTC: out of Postgres' range, not a 500
+            client.get(
+                BASE, params={"before": f"0001-01-01T00:00:00+14:00_{entry['id']}"}, headers=auth()
+            ),
+            "before",
+        ),
         (client.get(BASE, params={"agentId": "x"}, headers=auth()), "agentId"),
         (client.get(BASE, params={"tag": ""}, headers=auth()), "tag"),
     ]
@@ -196,6 +220,24 @@ async def test_other_422s(client: httpx.AsyncClient) -> None:
         assert error_of(r)["field"] == field, r.text
     unknown = await client.get(f"{BASE}/{uuid.uuid4()}", headers=auth())
     assert unknown.status_code == 404
+    at_limit = await client.patch(url, json={"content": "y" * 400}, headers=auth())
+    assert at_limit.status_code == 200, at_limit.text
+
+
+async def test_a_body_over_the_size_limit_is_a_json_413(client: httpx.AsyncClient) -> None:
+    r = await post(client, content="é" * 600_000)  # 500k characters max, 1 MiB body max
+    assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large"
+
+
+async def test_memory_routes_ship_in_create_app(db_url: str, database: Database) -> None:
+    """The router is mounted by `create_app` itself (memory_support adds nothing)."""
+    async with running_api(make_settings(db_url), database) as api:
+        paths = set(api.app.openapi()["paths"])
+        assert {BASE, f"{BASE}/search", f"{BASE}/status", f"{BASE}/{{id}}"} <= paths
+        r = await api.client.post(BASE, json={"content": "mounted"}, headers=auth())
+        assert r.status_code == 201, r.text
+        r = await api.client.post(f"{BASE}/search", json={"query": "mounted"}, headers=auth())
+        assert [h["content"] for h in r.json()["results"]] == ["mounted"]
 
 
 async def test_auth_and_media_type(client: httpx.AsyncClient) -> None:

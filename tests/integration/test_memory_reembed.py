@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from uuid import UUID
 
 import pytest
 from sqlalchemy import text
@@ -10,9 +12,15 @@ from sqlalchemy.exc import ProgrammingError
 
 from app.auth.principal import Principal
 from app.db.engine import Database
-from app.memory.embedders import OfflineEmbedder
-from app.memory.reembed import embedding_status, reembed_pending, run_reembed, stale_tenants
-from app.memory.search import search_memories
+from app.memory.embedders import EmbedKind, OfflineEmbedder, hash_embed
+from app.memory.reembed import (
+    embedding_status,
+    reembed_pending,
+    run_reembed,
+    stale_tenants,
+    tenant_lock,
+)
+from app.memory.search import search_memories, vector_literal
 from app.memory.store import MemoryStore
 from tests.integration.memory_support import ConceptEmbedder, FailingEmbedder
 
@@ -118,3 +126,125 @@ async def test_worker_role_sees_only_what_discovery_needs(
     with pytest.raises(ProgrammingError, match="permission denied"):
         async with database.queue() as s:
             await s.execute(text("UPDATE agent_memory_entries SET embedder = 'x'"))
+
+
+class GatedEmbedder(OfflineEmbedder):
+    """The offline embedder, except each call waits for `release` (a slow provider call)."""
+
+    def __init__(self, dimension: int = 768) -> None:
+        super().__init__(dimension)
+        self.name = "test:gated"
+        self.calls: list[list[str]] = []
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str], kind: EmbedKind) -> list[list[float]]:
+        self.calls.append(list(texts))
+        self.entered.set()
+        await self.release.wait()
+        return await super().embed(texts, kind)
+
+
+async def distance_to(database: Database, entry_id: UUID, content: str, dim: int) -> float:
+    """Cosine distance between the entry's stored vector and the offline vector of `content`."""
+    async with database.owner() as s:
+        distance: float = await s.scalar(
+            text(
+                "SELECT embedding <=> CAST(:v AS vector) FROM agent_memory_entries WHERE id = :id"
+            ),
+            {"id": entry_id, "v": vector_literal(hash_embed(content, dim))},
+        )
+    return distance
+
+
+async def test_an_edit_during_the_embed_call_is_neither_blocked_nor_overwritten(
+    database: Database, alice: Principal
+) -> None:
+    old = OfflineEmbedder(256)
+    [edited] = await MemoryStore(database, old).create(alice, "The deploy key lives in vault A.")
+    [retagged] = await MemoryStore(database, old).create(alice, "Backups run nightly.")
+    new = GatedEmbedder(768)
+    batch = asyncio.create_task(reembed_pending(database, alice, new))
+    try:
+        await asyncio.wait_for(new.entered.wait(), 5)  # the batch is inside the provider call
+        # No transaction or row lock is held meanwhile: these edits do not wait for the embed.
+        store = MemoryStore(database, old)  # e.g. an API process still on the old embedder
+        await asyncio.wait_for(
+            store.update(alice, edited.id, content="The deploy key moved to vault B."), 5
+        )
+        await asyncio.wait_for(store.update(alice, retagged.id, importance=0.9), 5)
+    finally:
+        new.release.set()
+    assert await batch == 1  # only the entry whose content is unchanged was written
+    assert new.calls == [["The deploy key lives in vault A.", "Backups run nightly."]]
+
+    # The edit survived: its content and its own (old-embedder) vector, not one of vault A.
+    got = await MemoryStore(database, None).get(alice, edited.id, count_access=False)
+    assert got is not None and got.content == "The deploy key moved to vault B."
+    assert (got.embedder, got.embedding_dim) == ("offline:hash-v1", 256)
+    assert await distance_to(database, edited.id, got.content, 256) == pytest.approx(0, abs=1e-6)
+    # The importance-only edit did not stop the write (the vector depends on content only).
+    other = await MemoryStore(database, None).get(alice, retagged.id, count_access=False)
+    assert other is not None and other.importance == 0.9 and other.embedder == "test:gated"
+
+    # The edited entry is still stale, so the next batch embeds its new content.
+    new.calls.clear()
+    assert await reembed_pending(database, alice, new) == 1
+    assert new.calls == [["The deploy key moved to vault B."]]
+    assert await embedders_of(database) == [("test:gated", 768)] * 2
+    assert await distance_to(database, edited.id, got.content, 768) == pytest.approx(0, abs=1e-6)
+
+
+async def test_a_deleted_entry_is_not_resurrected(database: Database, alice: Principal) -> None:
+    [entry] = await MemoryStore(database, OfflineEmbedder()).create(alice, "short-lived")
+    new = GatedEmbedder()
+    batch = asyncio.create_task(reembed_pending(database, alice, new))
+    try:
+        await asyncio.wait_for(new.entered.wait(), 5)
+        assert await asyncio.wait_for(MemoryStore(database, None).delete(alice, entry.id), 5)
+    finally:
+        new.release.set()
+    assert await batch == 0
+    assert await embedders_of(database) == []
+
+
+async def test_concurrent_workers_embed_each_entry_once(
+    db_url: str, database: Database, alice: Principal, mallory: Principal
+) -> None:
+    for note in NOTES:
+        await MemoryStore(database, OfflineEmbedder()).create(alice, note)
+    await MemoryStore(database, OfflineEmbedder()).create(mallory, "Mallory's car note.")
+    new = GatedEmbedder()
+    other_process = Database(db_url)  # its own pool, as another worker process would have
+    try:
+        first = asyncio.create_task(reembed_pending(database, None, new, batch=10))
+        await asyncio.wait_for(new.entered.wait(), 5)  # first worker: inside acme's embed call
+        new.entered.clear()
+        second = asyncio.create_task(reembed_pending(other_process, None, new, batch=10))
+        await asyncio.wait_for(new.entered.wait(), 5)  # second worker: skipped acme, took evil
+        new.release.set()
+        assert sorted(await asyncio.gather(first, second)) == [1, 5]
+        third = await reembed_pending(other_process, None, new, batch=10)
+    finally:
+        new.release.set()
+        await other_process.dispose()
+    assert third == 0
+    embedded = [t for call in new.calls for t in call]
+    assert sorted(embedded) == sorted([*NOTES, "Mallory's car note."])  # each exactly once
+    assert set(await embedders_of(database)) == {("test:gated", 768)}
+
+
+async def test_a_busy_tenant_lock_is_skipped_and_released_after_failures(
+    database: Database, alice: Principal
+) -> None:
+    await MemoryStore(database, OfflineEmbedder()).create(alice, "note")
+    async with tenant_lock(database, "acme") as taken:
+        assert taken
+        async with tenant_lock(database, "acme") as again:
+            assert not again  # held: another worker skips the tenant
+        assert await reembed_pending(database, alice, OfflineEmbedder(768)) == 0
+    from app.memory.embedders import EmbeddingError
+
+    with pytest.raises(EmbeddingError):
+        await reembed_pending(database, alice, FailingEmbedder("test:down", 768))
+    assert await reembed_pending(database, alice, OfflineEmbedder(768)) == 1  # lock was released

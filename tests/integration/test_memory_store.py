@@ -90,6 +90,8 @@ async def test_update_reembeds_content(
     assert row[0] != before and "differ" in row[1]
     with pytest.raises(ValueError):
         await store.update(alice, entry.id, content="  ")
+    with pytest.raises(ValueError, match="longer than one chunk"):  # would bypass chunking
+        await store.update(alice, entry.id, content="w " * 151)  # 302 > chunk_chars=300
 
 
 def test_cursor_round_trip() -> None:
@@ -98,6 +100,8 @@ def test_cursor_round_trip() -> None:
 
     cursor = ListCursor(datetime(2025, 1, 2, 3, 4, 5, 678, tzinfo=UTC), uuid.uuid4())
     assert ListCursor.parse(cursor.encode()) == cursor
-    for bad in ("", "x", "2025-01-01_notauuid", "2025-01-01T00:00:00_" + str(uuid.uuid4())):
+    out_of_range = "0001-01-01T00:00:00+14:00_" + str(uuid.uuid4())  # before year 1 in UTC
+    naive = "2025-01-01T00:00:00_" + str(uuid.uuid4())
+    for bad in ("", "x", "2025-01-01_notauuid", naive, out_of_range):
         with pytest.raises(ValueError):
             ListCursor.parse(bad)

@@ -210,8 +210,15 @@ async def update_memory(
     body: MemoryUpdate,
     entry_id: EntryIdPath,
 ) -> MemoryEntryOut:
-    """Change an entry's content (re-embedded), tags and/or importance."""
+    """Change an entry's content (one chunk at most; re-embedded), tags and/or importance."""
     if body.content is not None:
+        if len(body.content) > store.chunk_chars:
+            raise ApiError(
+                422,
+                f"content is longer than one chunk ({store.chunk_chars} characters, "
+                "MEMORY_CHUNK_CHARS); store a long document with POST, which chunks it",
+                field="content",
+            )
         store.embedder = memory_embedder(settings)  # only new content needs the embedder
     record = await store.update(
         principal, entry_id, content=body.content, tags=body.tags, importance=body.importance
