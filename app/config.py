@@ -74,6 +74,30 @@ class Settings(BaseSettings):
         description="Wall-clock limit of a run (from its first start, across resumptions) for "
         "agents that set no `timeoutSeconds`; a run over it fails with `run_timeout`.",
     )
+    context_window_tokens: int = Field(
+        default=128_000,
+        ge=1024,
+        description="Context window (tokens) of models whose window is not known "
+        "(app/llm/windows.py: most OpenAI-compatible servers, `offline`); an agent's "
+        "`contextWindow` overrides it.",
+    )
+    context_reserve_tokens: int = Field(
+        default=8192,
+        ge=0,
+        description="Tokens kept free for the answer: a context over window - reserve is "
+        "compacted first (the reserve is capped at a quarter of the window).",
+    )
+    context_tool_result_max_chars: int = Field(
+        default=20_000,
+        ge=1000,
+        description="Tool results longer than this are sent to the model as head + tail with a "
+        "marker (the stored result is unchanged).",
+    )
+    memory_flush_on_compaction: bool = Field(
+        default=True,
+        description="Before compacting, let the model store durable notes with memory_store "
+        "(once per compaction; only when the agent's policy allows memory_store).",
+    )
     sse_keepalive_seconds: float = Field(
         default=10.0,
         gt=0,

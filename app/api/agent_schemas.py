@@ -1,6 +1,6 @@
 """Request and response bodies of the agents API (camelCase on the wire).
 
-`mode`, `timeoutSeconds` and `tokenBudget` are kept in `agents.settings`
+`mode`, `timeoutSeconds`, `tokenBudget` and `contextWindow` are kept in `agents.settings`
 (`app.runtime.agent_settings.AgentSettings`); the rest are columns of `agents`.
 """
 
@@ -14,7 +14,13 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, field_validator
 
 from app.api.schemas import MAX_MESSAGE_CHARS, ApiModel
-from app.runtime.agent_settings import MAX_TIMEOUT_SECONDS, MAX_TOKEN_BUDGET, AgentMode
+from app.runtime.agent_settings import (
+    MAX_CONTEXT_WINDOW,
+    MAX_TIMEOUT_SECONDS,
+    MAX_TOKEN_BUDGET,
+    MIN_CONTEXT_WINDOW,
+    AgentMode,
+)
 
 MAX_NAME_CHARS = 100
 MAX_TURNS_LIMIT = 100  # the `agents.max_turns` CHECK constraint
@@ -76,6 +82,16 @@ def _budget(default: Any = None) -> Any:
     )
 
 
+def _window(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=MIN_CONTEXT_WINDOW,
+        le=MAX_CONTEXT_WINDOW,
+        description="The model's context window in tokens (older messages are compacted to fit "
+        "it); null: the model's known window, else the server's CONTEXT_WINDOW_TOKENS.",
+    )
+
+
 def _check_name(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or whitespace only")
@@ -111,14 +127,15 @@ class AgentCreate(ApiModel):
     mode: AgentMode = _mode("chat")
     timeout_seconds: int | None = _timeout()
     token_budget: int | None = _budget()
+    context_window: int | None = _window()
 
     _valid_name = field_validator("name")(_check_name)
     _valid_prompt = field_validator("system_prompt")(_check_prompt)
 
 
 class AgentUpdate(ApiModel):
-    """Changes to an agent; omitted fields stay as they are. `timeoutSeconds` and `tokenBudget`
-    may be null (back to the server default / unlimited); other fields may not."""
+    """Changes to an agent; omitted fields stay as they are. `timeoutSeconds`, `tokenBudget` and
+    `contextWindow` may be null (back to the default / unlimited); other fields may not."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"mode": "chat"}]})
 
@@ -129,6 +146,7 @@ class AgentUpdate(ApiModel):
     mode: AgentMode | None = _mode(None)
     timeout_seconds: int | None = _timeout()
     token_budget: int | None = _budget()
+    context_window: int | None = _window()
 
     @field_validator("name", "model", "system_prompt", "max_turns", "mode", mode="before")
     @classmethod
@@ -157,6 +175,9 @@ class AgentOut(ApiModel):
     mode: AgentMode
     timeout_seconds: int | None = Field(description="null: the server's RUN_TIMEOUT_SECONDS.")
     token_budget: int | None = Field(description="null: unlimited.")
+    context_window: int | None = Field(
+        description="null: the model's known window, else the server's CONTEXT_WINDOW_TOKENS."
+    )
     is_default: bool = Field(description="Runs posted without `agentId` use the default agent.")
     owner_user_id: str | None
     created_at: datetime

@@ -118,6 +118,21 @@ class Usage(ApiModel):
     output_tokens: int
 
 
+class ContextInfo(ApiModel):
+    """The run's context window and how full it is."""
+
+    tokens: int | None = Field(
+        description="Input tokens of the run's latest model call (as its provider reported "
+        "them): the size of the context it sent; null before its first call."
+    )
+    window: int | None = Field(description="The model's context window in tokens.")
+    compactions: int = Field(description="How often this run compacted its session's context.")
+    session_tokens: int = Field(
+        description="The whole session transcript, estimated (the sum of its messages' "
+        "`tokenCount`); compaction keeps every message, so this only grows."
+    )
+
+
 class RunStatus(ApiModel):
     """A run's status, outcome and usage."""
 
@@ -132,6 +147,7 @@ class RunStatus(ApiModel):
     usage: Usage
     state: str | None = Field(description="What the running loop is doing, if running.")
     attempts: int = Field(description="How many times a worker has claimed the run.")
+    context: ContextInfo
 
 
 class CancelResult(ApiModel):
@@ -163,6 +179,14 @@ class SessionInfo(ApiModel):
     created_at: datetime
     updated_at: datetime
     last_run_at: datetime | None
+    token_count: int = Field(
+        description="The whole transcript, estimated (the sum of its messages' `tokenCount`)."
+    )
+    context_tokens: int | None = Field(
+        description="Input tokens of the session's latest model call, as its provider reported "
+        "them (null before the first call)."
+    )
+    compactions: int = Field(description="How often the session's context was compacted.")
 
 
 class SessionPage(ApiModel):
@@ -181,7 +205,34 @@ class MessageInfo(ApiModel):
     run_id: UUID | None
     role: str = Field(examples=["user"], description="user, assistant or tool.")
     created_at: datetime
+    token_count: int | None = Field(
+        description="Estimated tokens of the message in a model's context (characters / 4 of "
+        "its JSON)."
+    )
     payload: dict[str, Any] = Field(examples=[{"kind": "user", "text": "hi"}])
+
+
+class CompactionInfo(ApiModel):
+    """A compaction of a session's context: the summary that replaced a range of its messages."""
+
+    id: UUID
+    run_id: UUID | None
+    summary: str
+    first_seq: int = Field(description="The first transcript message the summary stands for.")
+    last_seq: int = Field(description="The last one; later messages are sent as they are.")
+    messages_covered: int = Field(description="Messages summarised by this compaction.")
+    tokens_before: int = Field(description="Context tokens of the call that needed it.")
+    tokens_after: int = Field(description="Estimated context tokens right after it.")
+    summary_tokens: int
+    model: str | None
+    created_at: datetime
+
+
+class CompactionList(ApiModel):
+    """A session's compactions, newest first."""
+
+    session_key: str
+    compactions: list[CompactionInfo]
 
 
 class MessagePage(ApiModel):

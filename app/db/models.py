@@ -74,6 +74,13 @@ class AgentSession(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    token_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """Sum of the transcript rows' `token_count` (estimated)."""
+    context_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Input tokens of the session's latest model call, as the provider reported them."""
+    compactions: Mapped[int] = mapped_column(Integer, server_default="0")
+    memory_flushed_through_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Transcript rows up to this seq were offered for a memory flush (once per compaction)."""
 
 
 class Run(Base):
@@ -101,6 +108,10 @@ class Run(Base):
     output_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
     last_event_seq: Mapped[int] = mapped_column(Integer, server_default="0")
     state: Mapped[str | None] = mapped_column(Text)
+    context_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Input tokens of the run's latest model call, as the provider reported them."""
+    context_window: Mapped[int | None] = mapped_column(Integer)
+    compactions: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class SessionMessage(Base):
@@ -227,6 +238,8 @@ class ContextSnapshot(Base):
     tokens_before: Mapped[int] = mapped_column(Integer)
     tokens_after: Mapped[int] = mapped_column(Integer)
     model: Mapped[str | None] = mapped_column(Text)
+    summary_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    messages_covered: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = _now()
 
 

@@ -52,9 +52,11 @@ class ModelRequest:
     "json_schema", ...}`); others may ignore it: the caller parses the text as JSON (code fences
     stripped) and validates it anyway.
     """
-    purpose: Literal["chat", "plan"] = "chat"
-    """Why the call is made: `chat` (a normal turn) or `plan` (asking for a plan, see
-    `app.runtime.planning`); providers may use it for logging or routing."""
+    purpose: Literal["chat", "plan", "compact", "flush"] = "chat"
+    """Why the call is made: `chat` (a normal turn), `plan` (asking for a plan, see
+    `app.runtime.planning`), `compact` (summarising older messages) or `flush` (offering the
+    `memory_store` tool before a compaction; see `app.runtime.compaction`); providers may use it
+    for logging or routing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,10 @@ answers plan JSON built from a `/plan step one; step two` line (steps may carry 
 the step's inline calls, then answers `Step N done: <description>` (`Step N failed: …` after a
 failed call).
 
+Context management (`app.llm.offline_compact`): asked for a summary (`purpose="compact"`) it
+lists the transcript's messages one line each; asked for a memory flush (`purpose="flush"`) it
+stores each `/remember TEXT` line of the transcript with `memory_store`.
+
 Usage is an estimate: `ceil(characters / 4)` of the request (system prompt, transcript JSON,
 tool specs JSON) for input tokens and of the answer (text and tool-call JSON) for output tokens.
 """
@@ -49,6 +53,7 @@ from app.llm.base import (
     ToolCallEvent,
     Usage,
 )
+from app.llm.offline_compact import offline_flush_calls, offline_summary
 from app.llm.offline_plan import StepTurn, plan_answer, step_summary, step_turn
 from app.runtime.messages import ToolCall, ToolResult, UserMessage, dump_message
 
@@ -158,8 +163,21 @@ class OfflineModel(Model):
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Apply the rules to the request's latest messages."""
         input_tokens = estimate_tokens(_request_chars(request))
-        if request.purpose == "plan":
-            text = plan_answer(request.messages, parse_args)
+        if request.purpose == "flush":
+            calls = offline_flush_calls(request.messages)
+            for call in calls:
+                yield ToolCallEvent(call)
+            text = "" if calls else "NONE"
+            if text:
+                yield TextDelta(text)
+            out = sum(len(json.dumps(c.args)) for c in calls) + len(text)
+            yield Usage(input_tokens, estimate_tokens(out))
+            return
+        if request.purpose in ("plan", "compact"):
+            if request.purpose == "plan":
+                text = plan_answer(request.messages, parse_args)
+            else:
+                text = offline_summary(request.messages)
             for chunk in split_chunks(text):
                 yield TextDelta(chunk)
             yield Usage(input_tokens, estimate_tokens(len(text)))

@@ -5,8 +5,9 @@ another worker took the run over. Each write here starts with `fence_and_allocat
 matches (run, lease owner, attempt): a stale worker's write matches nothing and raises
 `LeaseLostError` instead of interleaving with the new owner's transcript.
 
-The tool-call writes live in `tool_calls.py` (a mixin); `park_for_approval` hands the worker's
-slot back while a tool call waits for a human (see `app/tools/approvals.py`).
+The tool-call writes live in `tool_calls.py` and the context-management writes (compaction
+snapshots, memory flushes, context usage) in `context_writes.py` (mixins); `park_for_approval`
+hands the worker's slot back while a tool call waits for a human (see `app/tools/approvals.py`).
 """
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.models import AgentSession, Run, SessionMessage
+from app.queue.context_writes import ContextWrites
 from app.queue.events import EventSpec, insert_events
 from app.queue.manager import ClaimedRun
 from app.queue.sql import query
 from app.queue.tool_calls import ToolCallWrites
 from app.runtime import events as ev
+from app.runtime.context import estimate_message_tokens
 from app.runtime.messages import (
     AssistantMessage,
     ToolCall,
@@ -68,7 +71,7 @@ class StoredMessage:
     message: Message
 
 
-class LeasedRun(ToolCallWrites):
+class LeasedRun(ToolCallWrites, ContextWrites):
     """Data access for one claimed run, on behalf of its tenant, fenced by its lease."""
 
     def __init__(self, db: Database, claimed: ClaimedRun, worker_id: str) -> None:
@@ -112,12 +115,16 @@ class LeasedRun(ToolCallWrites):
         async with self.write() as w:
             await w.session.execute(update(Run).where(Run.id == self.run.id).values(state=state))
 
-    async def load_transcript(self) -> list[StoredMessage]:
-        """The session's whole transcript, in order."""
+    async def load_transcript(self, after_seq: int = 0) -> list[StoredMessage]:
+        """The session's transcript after row `after_seq` (rows a compaction summary covers need
+        not be read), plus every row of this run, in order."""
         async with self.db.tenant(self.run.principal) as s:
             rows = await s.execute(
                 select(SessionMessage.seq, SessionMessage.run_id, SessionMessage.payload)
-                .where(SessionMessage.session_id == self.run.session_id)
+                .where(
+                    SessionMessage.session_id == self.run.session_id,
+                    or_(SessionMessage.seq > after_seq, SessionMessage.run_id == self.run.id),
+                )
                 .order_by(SessionMessage.seq)
             )
             return [StoredMessage(r.seq, r.run_id, load_message(r.payload)) for r in rows]
@@ -132,10 +139,14 @@ class LeasedRun(ToolCallWrites):
     async def _insert_messages(self, s: AsyncSession, messages: Sequence[Message]) -> list[int]:
         if not messages:
             return []
+        tokens = [estimate_message_tokens(m) for m in messages]
         last = await s.scalar(
             update(AgentSession)
             .where(AgentSession.id == self.run.session_id)
-            .values(message_count=AgentSession.message_count + len(messages))
+            .values(
+                message_count=AgentSession.message_count + len(messages),
+                token_count=AgentSession.token_count + sum(tokens),
+            )
             .returning(AgentSession.message_count)
         )
         assert last is not None
@@ -150,6 +161,7 @@ class LeasedRun(ToolCallWrites):
                     "seq": first + i,
                     "role": role_of(m),
                     "payload": dump_message(m),
+                    "token_count": tokens[i],
                 }
                 for i, m in enumerate(messages)
             ],
@@ -157,18 +169,29 @@ class LeasedRun(ToolCallWrites):
         return list(range(first, last + 1))
 
     async def add_usage(
-        self, input_tokens: int, output_tokens: int, events: Sequence[EventSpec] = ()
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        events: Sequence[EventSpec] = (),
+        *,
+        context: bool = False,
     ) -> None:
-        """Add a model call's token usage to the run."""
+        """Add a model call's token usage to the run; `context`: the call's input was the
+        conversation's context, so its input tokens are also the run's and session's current
+        context size."""
         async with self.write(events) as w:
-            await w.session.execute(
-                update(Run)
-                .where(Run.id == self.run.id)
-                .values(
-                    input_tokens=Run.input_tokens + input_tokens,
-                    output_tokens=Run.output_tokens + output_tokens,
+            values: dict[str, Any] = {
+                "input_tokens": Run.input_tokens + input_tokens,
+                "output_tokens": Run.output_tokens + output_tokens,
+            }
+            if context:
+                values["context_tokens"] = input_tokens
+                await w.session.execute(
+                    update(AgentSession)
+                    .where(AgentSession.id == self.run.session_id)
+                    .values(context_tokens=input_tokens)
                 )
-            )
+            await w.session.execute(update(Run).where(Run.id == self.run.id).values(**values))
 
     async def park_for_approval(self, request: ApprovalRequest) -> bool:
         """Park the run until `request` is decided: the pending approval, status

@@ -188,15 +188,21 @@ class RunQueue:
 
     async def get_run(self, principal: Principal, run_id: UUID) -> tuple[Run, str] | None:
         """The run and its session key, if it belongs to the principal's tenant."""
+        found = await self.run_status(principal, run_id)
+        return None if found is None else (found[0], found[1])
+
+    async def run_status(self, principal: Principal, run_id: UUID) -> tuple[Run, str, int] | None:
+        """The run, its session key and its session's token count, if it belongs to the
+        principal's tenant."""
         async with self.db.tenant(principal) as s:
             row = (
                 await s.execute(
-                    select(Run, AgentSession.session_key)
+                    select(Run, AgentSession.session_key, AgentSession.token_count)
                     .join(AgentSession, AgentSession.id == Run.session_id)
                     .where(Run.id == run_id)
                 )
             ).one_or_none()
-        return None if row is None else (row[0], row[1])
+        return None if row is None else (row[0], row[1], row[2])
 
     async def cancel(self, principal: Principal, run_id: UUID) -> str:
         """Cancel a run; returns its status afterwards (`cancelled`, or `running` while stopping).

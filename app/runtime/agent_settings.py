@@ -1,4 +1,5 @@
-"""An agent's loop settings kept in `agents.settings` (JSONB): mode, run timeout, token budget.
+"""An agent's loop settings kept in `agents.settings` (JSONB): mode, run timeout, token budget,
+context window.
 
 Stored camelCase like every other JSON we write. Keys this model does not know are left alone
 (other features may keep their own settings in the same object): `merge_settings` only replaces
@@ -17,6 +18,8 @@ AgentMode = Literal["chat", "plan"]
 
 MAX_TIMEOUT_SECONDS = 86_400
 MAX_TOKEN_BUDGET = 1_000_000_000
+MIN_CONTEXT_WINDOW = 512
+MAX_CONTEXT_WINDOW = 10_000_000
 
 
 class AgentSettings(BaseModel):
@@ -31,6 +34,9 @@ class AgentSettings(BaseModel):
     """Wall-clock limit of a run; None: the server's `RUN_TIMEOUT_SECONDS`."""
     token_budget: int | None = Field(default=None, ge=1, le=MAX_TOKEN_BUDGET)
     """Most input + output tokens a run may use; None: unlimited."""
+    context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)
+    """The model's context window in tokens; None: the model's known window, else the server's
+    `CONTEXT_WINDOW_TOKENS` (`app.llm.windows`). Contexts are compacted to fit it."""
 
     @classmethod
     def of(cls, stored: dict[str, Any] | None) -> AgentSettings:

@@ -41,6 +41,18 @@ PLAN_UPDATED: Final = "plan.updated"
 PLAN_INVALID: Final = "plan.invalid"
 """Plan mode: the model's plan was rejected, `{attempt, error}` (re-asked once, then the run fails)."""
 
+CONTEXT_COMPACTING: Final = "context.compacting"
+"""The next call would not fit the context window: older messages are being summarised,
+`{fromSeq, toSeq, messages, tokensBefore, budget, window}`."""
+CONTEXT_COMPACTED: Final = "context.compacted"
+"""`{snapshotId, fromSeq, toSeq, messages, tokensBefore, tokensAfter, summaryTokens}`: the
+messages up to `toSeq` are now sent as the summary (the transcript keeps every row)."""
+CONTEXT_COMPACTION_FAILED: Final = "context.compaction_failed"
+"""`{error: {code, message}}`: the run goes on uncompacted while its context fits the window."""
+MEMORY_FLUSHED: Final = "memory.flushed"
+"""Before a compaction the model was offered `memory_store`: `{throughSeq, stored, failed}` (the
+calls themselves stream as `tool.*` events with `purpose: "memory_flush"`)."""
+
 TERMINAL_EVENTS: Final = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
 RUN_STATUSES: Final = (

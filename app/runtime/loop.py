@@ -2,9 +2,10 @@
 
 Phases, each in its own module and each storing what it did before the next starts:
 
-1. preparation (`prepare_run`, here): the agent's settings and limits, the stored transcript, the
-   run's clock (time since it first started, tokens used); the run's user message is appended
-   once per run, not per attempt;
+1. preparation (`prepare_run`, here): the agent's settings and limits, the model's context
+   window, the session's latest compaction summary and the transcript after it, the run's clock
+   (time since it first started, tokens used); the run's user message is appended once per run,
+   not per attempt;
 2. resumption check (`RunState`): a stored final answer finishes the run; pending tool calls of
    the latest assistant message are executed before the model is called again;
 3. chat mode (`conversation.converse`): model turns (`model_turn.run_model_turn`: context,
@@ -15,7 +16,8 @@ Phases, each in its own module and each storing what it did before the next star
 
 The state machine (`states`) records every move as `state.changed`; limits (`limits`) end the run
 with `max_turns_exceeded`, `run_timeout` or `token_budget_exceeded`, the timeout interrupting
-whatever is in flight.
+whatever is in flight. Every model call's context is made to fit the model's window first
+(`compaction`), or the run ends with `context_overflow`.
 
 Cancellation is the worker's business: it cancels the task running `execute_run` and finishes
 the run itself, so `CancelledError` (like `LeaseLostError`, and `AwaitingApproval`, which parks
@@ -31,13 +33,15 @@ from app.config import Settings
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
+from app.llm.windows import known_context_window
 from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentSettings
+from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.messages import UserMessage
 from app.runtime.plan_mode import drive_plan, in_plan_mode
-from app.runtime.state import AgentConfig, Entry, RunFailed, RunState
+from app.runtime.state import AgentConfig, ContextWindow, Entry, RunFailed, RunState
 from app.runtime.states import COMPLETED, FAILED
 from app.tools.registry import ToolRegistry, default_tool_registry
 
@@ -97,18 +101,32 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
             mode=extra.mode,
             timeout_seconds=float(extra.timeout_seconds or settings.run_timeout_seconds),
             token_budget=extra.token_budget,
+            context_window=extra.context_window,
         )
-    transcript = [Entry.stored(row) for row in await leased.load_transcript()]
+    context = await leased.session_context()
+    summary = None
+    if context.summary is not None:
+        summary = Summary(context.summary, context.first_seq, context.last_seq)
+    rows = await leased.load_transcript(after_seq=context.last_seq)
     elapsed, tokens = await run_clock(leased)
     return RunState(
         leased=leased,
         settings=settings,
         agent=config,
         tools=tools,
-        transcript=transcript,
+        transcript=[Entry.stored(row) for row in rows],
         tokens_used=tokens,
         deadline=deadline_after(elapsed, config.timeout_seconds),
+        summary=summary,
+        flushed_through=context.flushed_through,
     )
+
+
+def context_window_of(agent: AgentConfig, model: str, settings: Settings) -> ContextWindow:
+    """The agent's window setting, else the (resolved) model's known window, else the server's
+    default; minus the reserve for the answer."""
+    window = agent.context_window or known_context_window(model) or settings.context_window_tokens
+    return ContextWindow.of(window, settings.context_reserve_tokens)
 
 
 async def drive_in_time(state: RunState, models: ModelRegistry) -> str:
@@ -123,6 +141,8 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
     if not plan_mode and (answer := state.final_answer()) is not None:
         return answer  # a previous attempt stored the answer, then died before finishing
     state.model = models.resolve(state.agent.model)
+    state.window = context_window_of(state.agent, state.model.name, state.settings)
+    await state.leased.set_context_window(state.window.window)
     if not state.own():
         question = UserMessage(text=str(state.leased.run.input.get("message", "")))
         await state.leased.append([question])

@@ -9,19 +9,22 @@ token budget. When the provider restarts its answer (`StreamReset`) the partial 
 and `assistant.reset` tells clients to drop its deltas too. A `ModelError` propagates (nothing of
 the failed turn is stored but the deltas already streamed).
 
-The state machine goes `thinking` when the call starts and `responding` at its first text chunk.
-`stream_turn` and `record_usage` are also used for calls whose text is not streamed to clients
-(plan requests, `app.runtime.plan_mode`).
+The context comes from the compaction phase (`compaction.prepare_context`), which compacts it
+first when it would not fit the model's window; a provider that still rejects it as too long
+(`model_context_too_long`) gets one forced compaction and one retry.
+
+The state machine goes `thinking` when the call starts, `responding` at its first text chunk,
+and back to `thinking` when a restarted answer voids the text. `stream_turn` is also used for
+calls whose text is not streamed to clients (plan requests, `app.runtime.plan_mode`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from app.llm.base import (
-    ModelEvent,
+    ModelError,
     ModelRequest,
     RetryNotice,
     StreamReset,
@@ -30,11 +33,12 @@ from app.llm.base import (
     ToolCallEvent,
     Usage,
 )
+from app.llm.failures import CONTEXT_TOO_LONG
 from app.queue.events import EventSpec
 from app.runtime import events as ev
-from app.runtime.context import build_context
-from app.runtime.limits import check_tokens
+from app.runtime.compaction import prepare_context
 from app.runtime.messages import AssistantMessage, ToolCall
+from app.runtime.model_calls import closing_stream, record_usage
 from app.runtime.state import RunState
 from app.runtime.states import RESPONDING, THINKING
 
@@ -56,12 +60,21 @@ async def run_model_turn(
 ) -> AssistantMessage:
     """Call the model on the current context; store and return its message."""
     await state.transition(THINKING)
-    request = ModelRequest(
-        system_prompt=state.agent.system_prompt,
-        messages=build_context(state.transcript),
-        tools=state.tools.specs(),
-    )
-    turn = await stream_turn(state, request)
+    system_prompt, tools = state.agent.system_prompt, state.tools.specs()
+    context = await prepare_context(state, system_prompt=system_prompt, tools=tools)
+    try:
+        turn = await stream_turn(
+            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
+        )
+    except ModelError as exc:
+        if exc.code != CONTEXT_TOO_LONG or context.compacted:
+            raise
+        context = await prepare_context(state, system_prompt=system_prompt, tools=tools, force=True)
+        if not context.compacted:
+            raise
+        turn = await stream_turn(
+            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
+        )
     message = AssistantMessage(
         text="".join(turn.text),
         tool_calls=unique_tool_call_ids(turn.calls, state.tool_call_ids()),
@@ -74,20 +87,8 @@ async def run_model_turn(
         events.extend(extra_events(message))
     await state.leased.append([message], events=events)
     state.record(message)
-    await record_usage(state, turn.usage)
+    await record_usage(state, turn.usage, context_estimate=context.estimate)
     return message
-
-
-async def record_usage(state: RunState, usage: Usage | None) -> None:
-    """Add a call's usage to the run (with a `usage` event); fail the run over its budget."""
-    if usage is None:
-        return
-    tokens = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
-    await state.leased.add_usage(
-        usage.input_tokens, usage.output_tokens, events=[(ev.USAGE, tokens)]
-    )
-    state.tokens_used += usage.input_tokens + usage.output_tokens
-    check_tokens(state)
 
 
 async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bool = True) -> Turn:
@@ -96,7 +97,7 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
     collected."""
     assert state.model is not None, "the model is resolved before the first turn"
     turn = Turn()
-    async with _closing(state.model.stream(request)) as stream:
+    async with closing_stream(state.model.stream(request)) as stream:
         async for event in stream:
             if isinstance(event, TextDelta) and event.text:
                 if stream_text and not turn.text:
@@ -116,20 +117,9 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
             elif isinstance(event, StreamReset):
                 turn = Turn()
                 await state.leased.emit(ev.ASSISTANT_RESET, {})
+                if stream_text:
+                    await state.transition(THINKING)
     return turn
-
-
-@asynccontextmanager
-async def _closing(
-    stream: AsyncIterator[ModelEvent],
-) -> AsyncIterator[AsyncIterator[ModelEvent]]:
-    """Close the provider's stream (an async generator) however the turn ends."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def unique_tool_call_ids(calls: list[ToolCall], used: set[str]) -> list[ToolCall]:

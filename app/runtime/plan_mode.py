@@ -28,10 +28,11 @@ from collections.abc import Sequence
 from app.llm.base import Message, ModelRequest
 from app.queue.events import EventSpec
 from app.runtime import events as ev
-from app.runtime.context import build_context
+from app.runtime.compaction import prepare_context
 from app.runtime.conversation import converse
 from app.runtime.messages import AssistantMessage, Plan, PlanStep, UserMessage
-from app.runtime.model_turn import record_usage, stream_turn
+from app.runtime.model_calls import record_usage
+from app.runtime.model_turn import stream_turn
 from app.runtime.planning import (
     MAX_REVISIONS,
     PlanInvalidError,
@@ -91,16 +92,20 @@ async def ask_for_plan(state: RunState, instruction: str) -> list[StepSpec]:
     """The model's plan for `instruction` (after the context), re-asked once if invalid."""
     names = [t.name for t in state.tools.specs()]
     schema = plan_schema(names)
-    messages: list[Message] = [*build_context(state.transcript), UserMessage(text=instruction)]
+    system_prompt = state.agent.system_prompt
+    context = await prepare_context(
+        state, system_prompt=system_prompt, extra=[UserMessage(text=instruction)]
+    )
+    messages: list[Message] = list(context.messages)
     for attempt in range(1, ASKS + 1):
         request = ModelRequest(
-            system_prompt=state.agent.system_prompt,
+            system_prompt=system_prompt,
             messages=messages,
             response_schema=schema,
             purpose="plan",
         )
         turn = await stream_turn(state, request, stream_text=False)
-        await record_usage(state, turn.usage)
+        await record_usage(state, turn.usage, context_estimate=context.estimate)
         text = "".join(turn.text)
         try:
             if turn.calls:

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.llm.base import Message, Model
 from app.queue.lease import LeasedRun, StoredMessage
 from app.runtime.agent_settings import AgentMode
+from app.runtime.context import Summary
 from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
 from app.runtime.states import QUEUED, record_transition
 from app.tools.registry import ToolRegistry
@@ -48,19 +49,41 @@ class AgentConfig:
     """Wall-clock limit of the run, counted from its first start."""
     token_budget: int | None = None
     """Most input + output tokens the run may use (None: unlimited)."""
+    context_window: int | None = None
+    """The agent's own context window setting (None: the model's, else the server's)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A transcript entry and the run that wrote it (None: imported/older rows)."""
+    """A transcript entry, the run that wrote it (None: imported/older rows) and its seq."""
 
     run_id: UUID | None
     message: Message
+    seq: int = 0
+    """Its `session_messages.seq` (1, 2, … per session, without gaps)."""
 
     @classmethod
     def stored(cls, row: StoredMessage) -> Entry:
         """An entry from a stored transcript row."""
-        return cls(run_id=row.run_id, message=row.message)
+        return cls(run_id=row.run_id, message=row.message, seq=row.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextWindow:
+    """The run's model's context window, and the part of it kept free for the answer."""
+
+    window: int
+    reserve: int
+
+    @property
+    def budget(self) -> int:
+        """Most tokens a call's input may take before the context is compacted."""
+        return self.window - self.reserve
+
+    @classmethod
+    def of(cls, window: int, reserve: int) -> ContextWindow:
+        """`window` with `reserve` capped at a quarter of it."""
+        return cls(window=window, reserve=min(reserve, window // 4))
 
 
 @dataclass(slots=True)
@@ -79,6 +102,16 @@ class RunState:
     """Input + output tokens of the run so far (all attempts)."""
     deadline: float | None = None
     """When the run times out, in `loop.time()` terms (set by `prepare_run`)."""
+    window: ContextWindow = ContextWindow(window=128_000, reserve=8192)
+    """The context window the run's calls must fit (set by `prepare_run`)."""
+    summary: Summary | None = None
+    """The session's latest compaction summary: it replaces the rows it covers in contexts."""
+    token_ratio: float = 1.0
+    """Provider-reported input tokens per estimated token, from the latest model call."""
+    compaction_failed: bool = False
+    """A compaction of this attempt failed: no more tries (the run goes on while it fits)."""
+    flushed_through: int = 0
+    """Transcript rows up to this seq were already offered for a memory flush."""
 
     @property
     def run_id(self) -> UUID:
@@ -90,8 +123,9 @@ class RunState:
         return [e.message for e in self.transcript if e.run_id == self.run_id]
 
     def record(self, message: Message) -> None:
-        """Remember a message this attempt has just stored."""
-        self.transcript.append(Entry(run_id=self.run_id, message=message))
+        """Remember a message this attempt has just stored (as the session's next row)."""
+        seq = self.transcript[-1].seq + 1 if self.transcript else 1
+        self.transcript.append(Entry(run_id=self.run_id, message=message, seq=seq))
 
     async def transition(self, to: str) -> None:
         """Move the state machine to `to` (recorded and streamed); staying put is a no-op."""

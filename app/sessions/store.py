@@ -19,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import AgentSession, SessionMessage
+from app.db.models import AgentSession, ContextSnapshot, SessionMessage
 
 
 class InvalidCursorError(ValueError):
@@ -94,6 +94,19 @@ async def list_messages(
         select(SessionMessage)
         .where(SessionMessage.session_id == session_id, SessionMessage.seq > after_seq)
         .order_by(SessionMessage.seq)
+        .limit(limit)
+    )
+    return list(rows)
+
+
+async def list_compactions(
+    session: AsyncSession, session_id: UUID, *, limit: int = 50
+) -> list[ContextSnapshot]:
+    """A session's compaction snapshots, newest first, at most `limit`."""
+    rows = await session.scalars(
+        select(ContextSnapshot)
+        .where(ContextSnapshot.session_id == session_id)
+        .order_by(ContextSnapshot.last_message_seq.desc(), ContextSnapshot.created_at.desc())
         .limit(limit)
     )
     return list(rows)

@@ -56,7 +56,12 @@ async def test_create_with_defaults_and_read_back(api: Api, database: Database) 
     async with database.tenant(Principal(user_id="alice", tenant_id="acme")) as s:
         row = await s.scalar(select(Agent).where(Agent.id == uuid.UUID(agent["id"])))
     assert row is not None and row.tenant_id == "acme"
-    assert row.settings == {"mode": "chat", "timeoutSeconds": None, "tokenBudget": None}
+    assert row.settings == {
+        "mode": "chat",
+        "timeoutSeconds": None,
+        "tokenBudget": None,
+        "contextWindow": None,
+    }
 
 
 async def test_create_with_every_field(api: Api) -> None:
@@ -119,11 +124,41 @@ async def test_patch_changes_only_given_fields(api: Api, database: Database) -> 
             "mode": "plan",
             "timeoutSeconds": 30,
             "tokenBudget": None,
+            "contextWindow": None,
             "other": {"keep": True},
         }
 
     same = await api.client.patch(f"{AGENTS}/{agent['id']}", json={}, headers=auth())
     assert same.status_code == 200 and same.json() == changed
+
+
+async def test_patch_model_and_mode(api: Api, database: Database) -> None:
+    agent = await create(api, name="switcher")
+    assert (agent["model"], agent["mode"]) == ("offline", "chat")
+    r = await api.client.patch(
+        f"{AGENTS}/{agent['id']}",
+        json={"model": "openai:gpt-4o-mini", "mode": "plan"},
+        headers=auth(),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        **agent,
+        "model": "openai:gpt-4o-mini",
+        "mode": "plan",
+        "updatedAt": r.json()["updatedAt"],
+    }
+    again = await api.client.get(f"{AGENTS}/{agent['id']}", headers=auth())
+    assert again.json() == r.json()
+    async with database.owner() as s:
+        row = await s.get(Agent, uuid.UUID(agent["id"]))
+        assert row is not None and row.model == "openai:gpt-4o-mini"
+        assert row.settings["mode"] == "plan"
+
+    back = await api.client.patch(
+        f"{AGENTS}/{agent['id']}", json={"model": "default", "mode": "chat"}, headers=auth()
+    )
+    assert back.status_code == 200, back.text
+    assert (back.json()["model"], back.json()["mode"]) == ("default", "chat")
 
 
 async def test_duplicate_names_conflict_within_a_tenant_only(api: Api) -> None:
@@ -201,6 +236,10 @@ async def test_bad_create_input_names_the_field(api: Api, body: dict[str, Any], 
         ({"mode": None}, "mode"),
         ({"maxTurns": None}, "maxTurns"),
         ({"mode": "plan", "tokenBudget": 0}, "tokenBudget"),
+        ({"model": None}, "model"),
+        ({"model": ""}, "model"),
+        ({"model": "gemini 2.5"}, "model"),
+        ({"mode": "autopilot"}, "mode"),
         ({"unknown": 1}, "unknown"),
     ],
 )

@@ -61,8 +61,12 @@ async def test_list_sessions_newest_first_with_fields(api: Api) -> None:
         "createdAt",
         "updatedAt",
         "lastRunAt",
+        "tokenCount",
+        "contextTokens",
+        "compactions",
     }
     assert older["lastRunAt"] is not None
+    assert older["tokenCount"] > 0 and older["compactions"] == 0
 
 
 async def test_sessions_paginate_with_cursor_and_timestamp(api: Api) -> None:

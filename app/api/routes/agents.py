@@ -27,7 +27,7 @@ router = APIRouter(prefix="/api/agent-runtime/agents", tags=["agents"])
 
 NAME_CONSTRAINT = "agents_tenant_name_key"
 AgentIdPath = Annotated[UUID, Path(alias="agentId", description="The agent's id.")]
-_SETTINGS_FIELDS = ("mode", "timeout_seconds", "token_budget")
+_SETTINGS_FIELDS = ("mode", "timeout_seconds", "token_budget", "context_window")
 _COLUMN_FIELDS = ("name", "model", "system_prompt", "max_turns")
 
 
@@ -51,6 +51,7 @@ def agent_out(agent: Agent) -> AgentOut:
         mode=extra.mode,
         timeout_seconds=extra.timeout_seconds,
         token_budget=extra.token_budget,
+        context_window=extra.context_window,
         is_default=agent.is_default,
         owner_user_id=agent.owner_user_id,
         created_at=agent.created_at,
@@ -83,7 +84,10 @@ async def create_agent(
 ) -> AgentOut:
     """Create an agent owned by the caller (omitted fields: the server defaults)."""
     extra = AgentSettings(
-        mode=body.mode, timeout_seconds=body.timeout_seconds, token_budget=body.token_budget
+        mode=body.mode,
+        timeout_seconds=body.timeout_seconds,
+        token_budget=body.token_budget,
+        context_window=body.context_window,
     )
     try:
         async with db.tenant(principal) as s:

@@ -13,6 +13,7 @@ from app.api.errors import ApiError
 from app.api.schemas import (
     MAX_SEQ,
     CancelResult,
+    ContextInfo,
     RunAccepted,
     RunError,
     RunEventsPage,
@@ -61,10 +62,10 @@ async def create_run(
 @router.get("/status", response_model=RunStatus, responses=error_responses(401, 404, 422))
 async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery) -> RunStatus:
     """A run's status, result or error, token usage and attempts."""
-    found = await queue.get_run(principal, run_id)
+    found = await queue.run_status(principal, run_id)
     if found is None:
         raise run_not_found(run_id)
-    run, session_key = found
+    run, session_key, session_tokens = found
     return RunStatus(
         run_id=run.id,
         session_key=session_key,
@@ -77,6 +78,12 @@ async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunId
         usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
         state=run.state,
         attempts=run.attempts,
+        context=ContextInfo(
+            tokens=run.context_tokens,
+            window=run.context_window,
+            compactions=run.compactions,
+            session_tokens=session_tokens,
+        ),
     )
 
 
@@ -97,7 +104,8 @@ def _error_of(error: dict[str, Any] | None) -> RunError | None:
 async def cancel_run(
     principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery
 ) -> CancelResult:
-    """Cancel a run: a queued run at once, a running one within seconds (status `running`)."""
+    """Cancel a run: a queued or parked run at once; a running one is interrupted within 2 s
+    (answered `running` while its worker stops it)."""
     status = await queue.cancel(principal, run_id)
     return CancelResult(run_id=run_id, status=cast(RunStatusName, status))
 

@@ -15,6 +15,8 @@ from app.api.errors import ApiError
 from app.api.schemas import (
     MAX_SEQ,
     SESSION_KEY_PATTERN,
+    CompactionInfo,
+    CompactionList,
     MessageInfo,
     MessagePage,
     SessionInfo,
@@ -28,6 +30,7 @@ from app.sessions.store import (
     InvalidCursorError,
     SessionCursor,
     get_session_by_key,
+    list_compactions,
     list_messages,
     list_sessions,
 )
@@ -83,6 +86,9 @@ async def get_sessions(
                 created_at=r.created_at,
                 updated_at=r.updated_at,
                 last_run_at=r.last_run_at,
+                token_count=r.token_count,
+                context_tokens=r.context_tokens,
+                compactions=r.compactions,
             )
             for r in page
         ],
@@ -92,7 +98,51 @@ async def get_sessions(
 
 def _message_info(m: SessionMessage) -> MessageInfo:
     return MessageInfo(
-        seq=m.seq, run_id=m.run_id, role=m.role, created_at=m.created_at, payload=m.payload
+        seq=m.seq,
+        run_id=m.run_id,
+        role=m.role,
+        created_at=m.created_at,
+        token_count=m.token_count,
+        payload=m.payload,
+    )
+
+
+@router.get(
+    "/{sessionKey}/compactions",
+    response_model=CompactionList,
+    responses=error_responses(401, 404, 422),
+)
+async def get_compactions(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    session_key: SessionKeyPath,
+    limit: Annotated[int, Query(ge=1, le=200, description="At most this many.")] = 50,
+) -> CompactionList:
+    """A session's context compactions, newest first (the summaries models see instead of the
+    older messages; the transcript keeps every message)."""
+    async with db.tenant(principal) as s:
+        found = await get_session_by_key(s, session_key)
+        if found is None:
+            raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
+        rows = await list_compactions(s, found.id, limit=limit)
+    return CompactionList(
+        session_key=session_key,
+        compactions=[
+            CompactionInfo(
+                id=r.id,
+                run_id=r.run_id,
+                summary=r.summary,
+                first_seq=r.first_message_seq,
+                last_seq=r.last_message_seq,
+                messages_covered=r.messages_covered,
+                tokens_before=r.tokens_before,
+                tokens_after=r.tokens_after,
+                summary_tokens=r.summary_tokens,
+                model=r.model,
+                created_at=r.created_at,
+            )
+            for r in rows
+        ],
     )
 
 

@@ -1,0 +1,88 @@
+"""The memory flush: before older messages are compacted away, the model may keep what matters.
+
+One call (`purpose="flush"`) shows the model the part of the transcript about to be summarised,
+with `memory_store` as its only tool. Its `memory_store` calls are executed like any tool call
+(policy-checked, validated, recorded in `tool_executions`, streamed as `tool.*` events with
+`purpose: "memory_flush"`) but stored outside the transcript: they are housekeeping, not part of
+the conversation. `memory.flushed` then marks the rows as offered (`agent_sessions.
+memory_flushed_through_seq`): a row is offered once, even if the compaction after it fails and
+a later one covers it again (that one offers only the rows added since).
+
+A flush is skipped when the setting is off, when the agent's policy does not give it
+`memory_store`, or when `memory_store` needs an approval (a flush cannot wait for a human). A
+flush that fails (the model errs) is logged and streamed; the compaction goes on without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+
+from app.llm.base import ModelError, ModelRequest
+from app.runtime import events as ev
+from app.runtime.context import ContextItem, trim_text
+from app.runtime.messages import ToolCall, ToolResult, UserMessage
+from app.runtime.model_calls import collect
+from app.runtime.state import RunState
+from app.runtime.summaries import FLUSH_SYSTEM_PROMPT, flush_request, render_items
+from app.runtime.tool_execution import call_guard, tool_context
+
+log = structlog.get_logger(__name__)
+
+FLUSH_TOOL = "memory_store"
+MAX_FLUSH_CALLS = 8
+PURPOSE = "memory_flush"
+REQUEST_OVERHEAD_TOKENS = 300
+
+
+async def flush_memory(state: RunState, covered: Sequence[ContextItem], through_seq: int) -> None:
+    """Offer `memory_store` for the rows of `covered` (up to `through_seq`) not offered yet."""
+    tool = state.tools.get(FLUSH_TOOL)
+    fresh = [i for i in covered if not i.summary and i.seq > state.flushed_through]
+    if not state.settings.memory_flush_on_compaction or tool is None or not fresh:
+        return
+    guard = await call_guard(state)
+    # Rules on the tool or its risk hold for any call: then the flush is not offered at all.
+    # Rules on arguments are checked call by call below.
+    probe = ToolCall(id="flush-probe", name=FLUSH_TOOL, args={"content": "x"})
+    if guard.approval_reason(probe) is not None:
+        log.info("memory flush skipped: memory_store needs approval", run_id=str(state.run_id))
+        return
+    _, blocks = render_items(fresh)
+    room_chars = max(1000, int(state.window.budget / state.token_ratio) - REQUEST_OVERHEAD_TOKENS)
+    transcript = trim_text("\n".join(blocks), room_chars * 4)
+    request = ModelRequest(
+        system_prompt=FLUSH_SYSTEM_PROMPT,
+        messages=[UserMessage(text=flush_request([transcript]))],
+        tools=[tool.spec()],
+        purpose="flush",
+    )
+    outcome: dict[str, object] = {"throughSeq": through_seq}
+    stored = failed = 0
+    try:
+        answer = await collect(state, request)
+    except ModelError as exc:
+        log.warning("memory flush failed", run_id=str(state.run_id), reason=exc.message)
+        outcome["error"] = {"code": exc.code, "message": exc.message}
+    else:
+        ctx = tool_context(state)
+        for i, proposed in enumerate(answer.calls[:MAX_FLUSH_CALLS]):
+            call = proposed.model_copy(update={"id": f"flush_{through_seq}_{i}"})
+            refusal = None
+            if call.name != FLUSH_TOOL:
+                refusal = f"only {FLUSH_TOOL} may be called during a memory flush"
+            elif (problem := guard.refusal(call, turn_call=1, run_call=1)) is not None:
+                refusal = problem
+            elif guard.approval_reason(call) is not None:
+                refusal = "this call needs an approval, which a memory flush cannot wait for"
+            await state.leased.tool_started(call, purpose=PURPOSE)
+            if refusal is not None:
+                result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=refusal)
+            else:
+                result = await state.tools.execute(ctx, call)
+            await state.leased.tool_finished(result, in_transcript=False, purpose=PURPOSE)
+            stored, failed = (stored + 1, failed) if result.ok else (stored, failed + 1)
+    outcome.update(stored=stored, failed=failed)
+    await state.leased.mark_flushed(through_seq, [(ev.MEMORY_FLUSHED, outcome)])
+    state.flushed_through = through_seq
