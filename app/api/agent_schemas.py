@@ -14,6 +14,7 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, field_validator
 
 from app.api.schemas import MAX_MESSAGE_CHARS, ApiModel
+from app.db.text import storable_text
 from app.runtime.agent_settings import (
     MAX_CONTEXT_WINDOW,
     MAX_TIMEOUT_SECONDS,
@@ -101,13 +102,7 @@ def _check_name(value: str) -> str:
 
 
 def _check_prompt(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
-    return value
+    return storable_text(value, blank_ok=True)
 
 
 class AgentCreate(ApiModel):

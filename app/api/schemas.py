@@ -9,6 +9,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.db.text import storable_text
+
 SESSION_KEY_PATTERN = r"^[A-Za-z0-9:_.-]+$"
 MAX_MESSAGE_CHARS = 32_000
 MAX_SEQ = 2**31 - 1  # event and message seqs are Postgres integers
@@ -79,15 +81,7 @@ class RunRequest(ApiModel):
     @classmethod
     def _storable_text(cls, value: str) -> str:
         """Postgres cannot store NUL or lone surrogates; blank text is no message."""
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError("must be valid Unicode (no lone surrogates)") from exc
-        if not value.strip():
-            raise ValueError("must not be empty or whitespace only")
-        return value
+        return storable_text(value)
 
 
 class RunAccepted(ApiModel):

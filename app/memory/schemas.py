@@ -8,6 +8,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from app.db.text import storable_text
 from app.memory.search import MAX_LIMIT
 from app.memory.store import MAX_TAGS, MemoryRecord, clean_tags
 
@@ -24,15 +25,7 @@ class ApiModel(BaseModel):
 
 def _storable(value: str) -> str:
     """Postgres cannot store NUL or lone surrogates; blank text is no content."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
-    if not value.strip():
-        raise ValueError("must not be empty or whitespace only")
-    return value
+    return storable_text(value)
 
 
 class _Body(ApiModel):

@@ -36,7 +36,6 @@ from app.tools.approvals import (
     mark_expired,
     refusal_of,
     resolved_event,
-    trust_for,
 )
 from app.tools.base import Tool, ToolContext
 from app.tools.guard import CallGuard
@@ -142,7 +141,6 @@ async def approval_gate(state: RunState, call: ToolCall, tool: Tool, reason: str
     run = leased.run
     async with leased.db.tenant(run.principal) as s:
         approval = await approval_for_call(s, run.id, call.id)
-        trust = None if approval is not None else await trust_for(s, run.session_id, call.name)
     if approval is not None and approval.status == "pending":
         if approval.expires_at > datetime.now(UTC):
             raise AwaitingApproval(ApprovalRequest.of(approval))  # parked again, same approval
@@ -158,10 +156,8 @@ async def approval_gate(state: RunState, call: ToolCall, tool: Tool, reason: str
         reason=reason,
         expires_at=datetime.now(UTC) + timedelta(seconds=state.settings.approval_ttl_seconds),
     )
-    if trust is None:
-        raise AwaitingApproval(request)
     async with leased.write() as w:
-        await insert_trusted(w.session, run, request, trust)
+        await insert_trusted(w.session, run, request)  # or AwaitingApproval: no grant covers it
     return Gate(request.approval_id)
 
 

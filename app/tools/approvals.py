@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from fnmatch import fnmatchcase
 from typing import Any
 from uuid import UUID
 
@@ -143,15 +142,6 @@ async def _grants(s: AsyncSession, session_id: UUID) -> list[tuple[ToolTrust, To
     return [(grant, granted) for grant, granted in rows]
 
 
-async def trust_for(s: AsyncSession, session_id: UUID, tool: str) -> ToolTrust | None:
-    """An unexpired grant of the session for `tool`, whatever it covers: a candidate only.
-
-    `insert_trusted` records the call under a grant that covers its reason and arguments, or
-    raises `AwaitingApproval`; `covering_trust` finds such a grant directly.
-    """
-    return next((g for g, _ in await _grants(s, session_id) if fnmatchcase(tool, g.tool)), None)
-
-
 async def covering_trust(
     s: AsyncSession, session_id: UUID, request: ApprovalRequest
 ) -> ToolTrust | None:
@@ -166,58 +156,50 @@ async def covering_trust(
     )
 
 
+def _approval_row(run: ClaimedRun, request: ApprovalRequest) -> dict[str, Any]:
+    """The columns every approval row of `request` has."""
+    return {
+        "id": request.approval_id,
+        "tenant_id": run.tenant_id,
+        "run_id": run.id,
+        "session_id": run.session_id,
+        "tool_call_id": request.tool_call_id,
+        "tool": request.tool,
+        "args": request.args,
+        "risk": request.risk,
+        "reason": request.reason,
+        "expires_at": request.expires_at,
+    }
+
+
 async def insert_pending(s: AsyncSession, run: ClaimedRun, request: ApprovalRequest) -> None:
     """Store the pending approval (a retry of the same call keeps the existing row)."""
     await s.execute(
         insert(ToolApproval)
-        .values(
-            id=request.approval_id,
-            tenant_id=run.tenant_id,
-            run_id=run.id,
-            session_id=run.session_id,
-            tool_call_id=request.tool_call_id,
-            tool=request.tool,
-            args=request.args,
-            risk=request.risk,
-            reason=request.reason,
-            expires_at=request.expires_at,
-        )
+        .values(**_approval_row(run, request))
         .on_conflict_do_nothing(constraint="tool_approvals_run_call_key")
     )
 
 
-async def insert_trusted(
-    s: AsyncSession, run: ClaimedRun, request: ApprovalRequest, trust: ToolTrust
-) -> UUID:
+async def insert_trusted(s: AsyncSession, run: ClaimedRun, request: ApprovalRequest) -> UUID:
     """Record a call approved by a trust grant (the audit row); returns its id.
 
-    `trust` is the grant the caller found; the call is recorded under a grant of the session
-    that covers its reason and arguments (`covering_trust`, in this transaction). When none does
-    (`trust_for` finds grants by tool name only) it raises `AwaitingApproval` for `request`: the
-    call waits for a human like one without any grant.
+    The call is recorded under a grant of the session that covers its reason and arguments
+    (`covering_trust`, in this transaction). When none does it raises `AwaitingApproval` for
+    `request`: the call waits for a human like one without any grant.
     """
-    del trust  # a hint only: the grant recorded must cover this very call
     grant = await covering_trust(s, run.session_id, request)
     if grant is None:
         raise AwaitingApproval(request)
     await s.execute(
         insert(ToolApproval)
         .values(
-            id=request.approval_id,
-            tenant_id=run.tenant_id,
-            run_id=run.id,
-            session_id=run.session_id,
-            tool_call_id=request.tool_call_id,
-            tool=request.tool,
-            args=request.args,
-            risk=request.risk,
-            reason=request.reason,
+            **_approval_row(run, request),
             status="approved",
             decided_by=grant.granted_by,
             decided_at=func.now(),
             decision_reason=f"trusted until {grant.expires_at.isoformat()} "
             f"(approval {grant.approval_id})",
-            expires_at=request.expires_at,
         )
         .on_conflict_do_nothing(constraint="tool_approvals_run_call_key")
     )
