@@ -9,32 +9,15 @@ from typing import Any
 import pytest
 
 from app.auth.principal import Principal
-from app.config import Settings
 from app.db.engine import Database
-from app.queue.manager import RunQueue
 from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace import Workspace
 from app.tools.workspace_tools import READ_MAX_BYTES, workspace_tools
+from tests.integration.tool_support import context_for
 
 BLOB = bytes(range(256)) * 3 + b"\xff\xfe\x00\x80"
-
-
-async def context_for(
-    database: Database, who: Principal, session_key: str, **settings: Any
-) -> ToolContext:
-    queue = RunQueue(database)
-    run = await queue.enqueue_run(who, message="x", session_key=session_key)
-    found = await queue.get_run(who, run.run_id)
-    assert found is not None
-    return ToolContext(
-        db=database,
-        principal=who,
-        session_id=found[0].session_id,
-        run_id=run.run_id,
-        settings=Settings(_env_file=None, **settings),  # type: ignore[call-arg]
-    )
 
 
 @pytest.fixture

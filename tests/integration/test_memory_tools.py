@@ -7,29 +7,14 @@ from typing import Any
 import pytest
 
 from app.auth.principal import Principal
-from app.config import Settings
 from app.db.engine import Database
 from app.memory.embedders import OfflineEmbedder
 from app.memory.store import MemoryStore
 from app.memory.tools import memory_tools
-from app.queue.manager import RunQueue
 from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
-
-
-async def context_for(database: Database, who: Principal, session_key: str) -> ToolContext:
-    queue = RunQueue(database)
-    run = await queue.enqueue_run(who, message="x", session_key=session_key)
-    found = await queue.get_run(who, run.run_id)
-    assert found is not None
-    return ToolContext(
-        db=database,
-        principal=who,
-        session_id=found[0].session_id,
-        run_id=run.run_id,
-        settings=Settings(_env_file=None, memory_chunk_chars=300),
-    )
+from tests.integration.tool_support import context_for
 
 
 @pytest.fixture
@@ -56,7 +41,7 @@ def test_contract(tools: ToolRegistry) -> None:
 async def test_store_search_get_forget(
     database: Database, alice: Principal, tools: ToolRegistry
 ) -> None:
-    ctx = await context_for(database, alice, "chat:mem")
+    ctx = await context_for(database, alice, memory_chunk_chars=300, session_key="chat:mem")
     stored = await call(
         tools,
         ctx,
@@ -89,14 +74,14 @@ async def test_store_search_get_forget(
 async def test_long_content_is_chunked(
     database: Database, alice: Principal, tools: ToolRegistry
 ) -> None:
-    ctx = await context_for(database, alice, "chat:doc")
+    ctx = await context_for(database, alice, memory_chunk_chars=300, session_key="chat:doc")
     content = " ".join(f"Sentence {i} of the design doc." for i in range(60))
     stored = await call(tools, ctx, "memory_store", content=content)
     assert stored.ok and stored.result["chunks"] > 3 and stored.result["documentId"]
 
 
 async def test_bad_arguments(database: Database, alice: Principal, tools: ToolRegistry) -> None:
-    ctx = await context_for(database, alice, "chat:bad")
+    ctx = await context_for(database, alice, memory_chunk_chars=300, session_key="chat:bad")
     cases: list[tuple[str, dict[str, Any]]] = [
         ("memory_store", {}),
         ("memory_store", {"content": "x", "importance": 2}),
@@ -116,7 +101,7 @@ async def test_bad_arguments(database: Database, alice: Principal, tools: ToolRe
 async def test_agent_scope_and_tenant_isolation(
     database: Database, alice: Principal, mallory: Principal, tools: ToolRegistry
 ) -> None:
-    ctx = await context_for(database, alice, "chat:scope")
+    ctx = await context_for(database, alice, memory_chunk_chars=300, session_key="chat:scope")
     shared = await MemoryStore(database, OfflineEmbedder()).create(
         alice, "Shared fact: office wifi is guest-5."
     )

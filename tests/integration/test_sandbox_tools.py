@@ -20,14 +20,13 @@ from sqlalchemy import text
 
 import app
 from app.auth.principal import Principal
-from app.config import Settings
 from app.db.engine import Database
-from app.queue.manager import RunQueue
 from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox import detect_isolation, sandbox_tools
 from app.tools.workspace import Workspace
+from tests.integration.tool_support import context_for
 
 SANDBOX_UID = 65534
 REPO = Path(app.__file__).resolve().parent.parent
@@ -49,20 +48,6 @@ def bubblewrap() -> None:
 @pytest.fixture
 def tools() -> ToolRegistry:
     return ToolRegistry(sandbox_tools())
-
-
-async def context_for(database: Database, who: Principal, **settings: Any) -> ToolContext:
-    queue = RunQueue(database)
-    run = await queue.enqueue_run(who, message="x", session_key="sandbox")
-    found = await queue.get_run(who, run.run_id)
-    assert found is not None
-    return ToolContext(
-        db=database,
-        principal=who,
-        session_id=found[0].session_id,
-        run_id=run.run_id,
-        settings=Settings(**settings),
-    )
 
 
 async def call(tools: ToolRegistry, ctx: ToolContext, name: str, **args: Any) -> dict[str, Any]:
