@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     memory_flush_on_compaction: bool = Field(
         default=True,
         description="Before compacting, let the model store durable notes with memory_store "
-        "(once per compaction; only when the agent's policy allows memory_store).",
+        "(each message is offered once; only when the agent's policy allows memory_store).",
     )
     sse_keepalive_seconds: float = Field(
         default=10.0,

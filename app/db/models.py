@@ -80,7 +80,7 @@ class AgentSession(Base):
     """Input tokens of the session's latest model call, as the provider reported them."""
     compactions: Mapped[int] = mapped_column(Integer, server_default="0")
     memory_flushed_through_seq: Mapped[int] = mapped_column(Integer, server_default="0")
-    """Transcript rows up to this seq were offered for a memory flush (once per compaction)."""
+    """Transcript rows up to this seq were offered for a memory flush (each row once)."""
 
 
 class Run(Base):

@@ -53,6 +53,7 @@ from app.runtime.messages import UserMessage
 from app.runtime.model_calls import collect
 from app.runtime.state import RunFailed, RunState
 from app.runtime.summaries import (
+    REQUEST_OVERHEAD_TOKENS,
     SUMMARY_SYSTEM_PROMPT,
     cap_summary,
     pieces,
@@ -69,8 +70,6 @@ KEEP_FRACTION = 0.4
 """Most of the budget the kept (newest) messages may take after a compaction."""
 COUNT_AT = 0.8
 """From this fraction of the budget on, the provider's token counter is asked (where it has one)."""
-REQUEST_OVERHEAD_TOKENS = 300
-"""The instructions of a summary request, besides the transcript and the summary so far."""
 MIN_RESULT_CHARS = 1000
 
 

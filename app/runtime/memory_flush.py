@@ -9,8 +9,10 @@ memory_flushed_through_seq`): a row is offered once, even if the compaction afte
 a later one covers it again (that one offers only the rows added since).
 
 A flush is skipped when the setting is off, when the agent's policy does not give it
-`memory_store`, or when `memory_store` needs an approval (a flush cannot wait for a human). A
-flush that fails (the model errs) is logged and streamed; the compaction goes on without it.
+`memory_store`, or when every `memory_store` call needs an approval (a rule on the tool or its
+risk: a flush cannot wait for a human). Under an argument rule it is offered, and each call the
+rule gates is refused (recorded as failed). A flush that fails (the model errs) is logged and
+streamed; the compaction goes on without it.
 """
 
 from __future__ import annotations
@@ -25,15 +27,20 @@ from app.runtime.context import ContextItem, trim_text
 from app.runtime.messages import ToolCall, ToolResult, UserMessage
 from app.runtime.model_calls import collect
 from app.runtime.state import RunState
-from app.runtime.summaries import FLUSH_SYSTEM_PROMPT, flush_request, render_items
+from app.runtime.summaries import (
+    FLUSH_SYSTEM_PROMPT,
+    REQUEST_OVERHEAD_TOKENS,
+    flush_request,
+    render_items,
+)
 from app.runtime.tool_execution import call_guard, tool_context
+from app.tools.approval_rules import gated_argument
 
 log = structlog.get_logger(__name__)
 
 FLUSH_TOOL = "memory_store"
 MAX_FLUSH_CALLS = 8
 PURPOSE = "memory_flush"
-REQUEST_OVERHEAD_TOKENS = 300
 
 
 async def flush_memory(state: RunState, covered: Sequence[ContextItem], through_seq: int) -> None:
@@ -43,15 +50,16 @@ async def flush_memory(state: RunState, covered: Sequence[ContextItem], through_
     if not state.settings.memory_flush_on_compaction or tool is None or not fresh:
         return
     guard = await call_guard(state)
-    # Rules on the tool or its risk hold for any call: then the flush is not offered at all.
-    # Rules on arguments are checked call by call below.
+    # A rule on the tool or its risk holds for any call: then the flush is not offered at all.
+    # Argument rules depend on the call: those are checked call by call below.
     probe = ToolCall(id="flush-probe", name=FLUSH_TOOL, args={"content": "x"})
-    if guard.approval_reason(probe) is not None:
+    reason = guard.approval_reason(probe)
+    if reason is not None and gated_argument(reason) is None:
         log.info("memory flush skipped: memory_store needs approval", run_id=str(state.run_id))
         return
     _, blocks = render_items(fresh)
-    room_chars = max(1000, int(state.window.budget / state.token_ratio) - REQUEST_OVERHEAD_TOKENS)
-    transcript = trim_text("\n".join(blocks), room_chars * 4)
+    room_tokens = max(250, int(state.window.budget / state.token_ratio) - REQUEST_OVERHEAD_TOKENS)
+    transcript = trim_text("\n".join(blocks), room_tokens * 4)
     request = ModelRequest(
         system_prompt=FLUSH_SYSTEM_PROMPT,
         messages=[UserMessage(text=flush_request([transcript]))],

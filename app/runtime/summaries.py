@@ -22,6 +22,8 @@ ARGS_MAX_CHARS = 300
 RESULT_MAX_CHARS = 1500
 SUMMARY_MIN_TOKENS = 64
 SUMMARY_MAX_TOKENS = 4000
+REQUEST_OVERHEAD_TOKENS = 300
+"""What a summary or flush request's instructions take, besides the transcript it carries."""
 
 SUMMARY_SYSTEM_PROMPT = (
     "You compress conversation transcripts between a user and an AI agent into summaries that "

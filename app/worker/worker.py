@@ -240,8 +240,9 @@ class Worker:
     def _start_reembed(self) -> asyncio.Task[None] | None:
         """Start the `memory-reembed` side task (None if the embedder is misconfigured).
 
-        Every worker runs one: batches lock their entries `FOR UPDATE SKIP LOCKED`, so several
-        workers share the work and never embed an entry twice at once.
+        Every worker runs one: a per-tenant advisory lock keeps two workers from embedding the
+        same tenant's batch, and a vector is only written where the entry is still stale
+        (`app/memory/reembed.py`).
         """
         try:
             embedder = embedder_from_settings(self.settings)
@@ -261,7 +262,7 @@ class Worker:
 
     async def _stop_reembed(self, task: asyncio.Task[None] | None) -> None:
         """Wait for the re-embed task's current batch (it stops on `_stopping`), then cancel it
-        (its transaction rolls back; the entries stay stale for the next worker)."""
+        (a cancelled batch writes nothing; its entries stay stale for the next worker)."""
         if task is None:
             return
         _, pending = await asyncio.wait({task}, timeout=_REEMBED_STOP_SECONDS)

@@ -45,6 +45,7 @@ from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace_tools import workspace_tools
+from tests.integration.policy_support import set_policy
 
 SETTINGS = Settings(lease_seconds=30)
 SUMMARY_START = SUMMARY_HEADER.split("(")[0]
@@ -473,3 +474,30 @@ async def test_no_flush_when_the_policy_withholds_memory_store(
     found = await events(leased)
     assert of_type(found, ev.CONTEXT_COMPACTED) and not of_type(found, ev.MEMORY_FLUSHED)
     assert model.of("flush") == []
+
+
+async def test_flush_under_an_argument_rule_stores_only_what_the_rule_lets_through(
+    queue: RunQueue, alice: Principal
+) -> None:
+    await configure(queue, alice, contextWindow=6144)
+    allowlist = {"tool": "memory_store", "arg": "content", "allowRegex": ["keep: .*"]}
+    await set_policy(queue.db, alice, approval={"args": [allowlist]})
+    tools = ToolRegistry(memory_tools())
+    model = Scripted()
+    notes = "\n/remember keep: tea, no sugar\n/remember the password is hunter2"
+    await run(queue, alice, filler("turn 1", 2000) + notes, model, tools=tools)
+    for i in range(2, 9):
+        leased = await run(queue, alice, filler(f"turn {i}", 2000), model, tools=tools)
+        if of_type(await events(leased), ev.MEMORY_FLUSHED):
+            break
+    else:
+        raise AssertionError("no memory flush happened")
+
+    found = await events(leased)
+    (flushed,) = of_type(found, ev.MEMORY_FLUSHED)
+    assert (flushed["stored"], flushed["failed"]) == (1, 1)
+    (refused,) = [d for d in of_type(found, ev.TOOL_FAILED) if d.get("purpose") == "memory_flush"]
+    assert "approval" in refused["error"]
+    assert of_type(found, ev.CONTEXT_COMPACTED)
+    async with queue.db.tenant(alice) as s:
+        assert list(await s.scalars(select(MemoryEntry.content))) == ["keep: tea, no sugar"]
