@@ -119,7 +119,10 @@ class ContextInfo(ApiModel):
         description="Input tokens of the run's latest model call (as its provider reported "
         "them): the size of the context it sent; null before its first call."
     )
-    window: int | None = Field(description="The model's context window in tokens.")
+    window: int | None = Field(
+        description="The context window (tokens) the run's calls were sized for; null before "
+        "its first call."
+    )
     compactions: int = Field(description="How often this run compacted its session's context.")
     session_tokens: int = Field(
         description="The whole session transcript, estimated (the sum of its messages' "

@@ -1,5 +1,6 @@
-"""Fenced writes of context management (a mixin of `LeasedRun`): the run's context window, the
-compaction snapshots and the memory-flush bookkeeping, and the reads they start from.
+"""Fenced writes of context management (a mixin of `LeasedRun`): the compaction snapshots and the
+memory-flush bookkeeping, and the read they start from. (The context's size and window are
+recorded with each call's usage, `LeasedRun.add_usage`.)
 
 A compaction's snapshot row, the run's and session's compaction counts and its
 `context.compacted` event are written in one transaction, so a compaction is either wholly stored
@@ -91,13 +92,6 @@ class ContextWrites:
         if latest is None:
             return SessionContext(None, 0, 0, flushed or 0)
         return SessionContext(latest[0], latest[1], latest[2], flushed or 0)
-
-    async def set_context_window(self, window: int) -> None:
-        """Record the context window the run's model was given (shown in `/status`)."""
-        async with self.write() as w:
-            await w.session.execute(
-                update(Run).where(Run.id == self.run.id).values(context_window=window)
-            )
 
     async def store_compaction(self, compaction: Compaction, events: Sequence[EventSpec]) -> None:
         """Store a compaction snapshot with `events`, counting it for the run and the session."""

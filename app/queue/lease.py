@@ -64,11 +64,12 @@ class FencedWrite:
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A transcript row: its per-session sequence number and parsed message."""
+    """A transcript row: its per-session sequence number, parsed message and estimated tokens."""
 
     seq: int
     run_id: UUID | None
     message: Message
+    tokens: int | None = None
 
 
 class LeasedRun(ToolCallWrites, ContextWrites):
@@ -120,14 +121,21 @@ class LeasedRun(ToolCallWrites, ContextWrites):
         not be read), plus every row of this run, in order."""
         async with self.db.tenant(self.run.principal) as s:
             rows = await s.execute(
-                select(SessionMessage.seq, SessionMessage.run_id, SessionMessage.payload)
+                select(
+                    SessionMessage.seq,
+                    SessionMessage.run_id,
+                    SessionMessage.payload,
+                    SessionMessage.token_count,
+                )
                 .where(
                     SessionMessage.session_id == self.run.session_id,
                     or_(SessionMessage.seq > after_seq, SessionMessage.run_id == self.run.id),
                 )
                 .order_by(SessionMessage.seq)
             )
-            return [StoredMessage(r.seq, r.run_id, load_message(r.payload)) for r in rows]
+            return [
+                StoredMessage(r.seq, r.run_id, load_message(r.payload), r.token_count) for r in rows
+            ]
 
     async def append(
         self, messages: Sequence[Message], events: Sequence[EventSpec] = ()
@@ -174,18 +182,18 @@ class LeasedRun(ToolCallWrites, ContextWrites):
         output_tokens: int,
         events: Sequence[EventSpec] = (),
         *,
-        context: bool = False,
+        context_window: int | None = None,
     ) -> None:
-        """Add a model call's token usage to the run; `context`: the call's input was the
-        conversation's context, so its input tokens are also the run's and session's current
-        context size."""
+        """Add a model call's token usage to the run. With `context_window`, the call's input was
+        the conversation's context, sized for that window: its input tokens are also the run's
+        and session's current context size."""
         async with self.write(events) as w:
             values: dict[str, Any] = {
                 "input_tokens": Run.input_tokens + input_tokens,
                 "output_tokens": Run.output_tokens + output_tokens,
             }
-            if context:
-                values["context_tokens"] = input_tokens
+            if context_window is not None:
+                values.update(context_tokens=input_tokens, context_window=context_window)
                 await w.session.execute(
                     update(AgentSession)
                     .where(AgentSession.id == self.run.session_id)

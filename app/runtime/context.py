@@ -126,10 +126,12 @@ def build_items(
         if summary is not None and entry.seq <= summary.last_seq:
             continue
         message = entry.message
+        tokens = entry.tokens
         if isinstance(message, ToolResult):
             open_calls = [(s, c) for s, c in open_calls if c.id != message.tool_call_id]
             if max_result_chars is not None:
                 message = trim_tool_result(message, max_result_chars)
+                tokens = tokens if message is entry.message else None
         else:
             items.extend(_missing_results(open_calls))
             open_calls = (
@@ -137,7 +139,7 @@ def build_items(
                 if isinstance(message, AssistantMessage)
                 else []
             )
-        items.append(ContextItem(entry.seq, message, _tokens(message)))
+        items.append(ContextItem(entry.seq, message, tokens or _tokens(message)))
     items.extend(_missing_results(open_calls))
     return items
 

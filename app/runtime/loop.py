@@ -142,7 +142,6 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
         return answer  # a previous attempt stored the answer, then died before finishing
     state.model = models.resolve(state.agent.model)
     state.window = context_window_of(state.agent, state.model.name, state.settings)
-    await state.leased.set_context_window(state.window.window)
     if not state.own():
         question = UserMessage(text=str(state.leased.run.input.get("message", "")))
         await state.leased.append([question])

@@ -59,7 +59,7 @@ async def record_usage(
         usage.input_tokens,
         usage.output_tokens,
         events=[(ev.USAGE, tokens)],
-        context=context_estimate is not None,
+        context_window=state.window.window if context_estimate is not None else None,
     )
     if context_estimate and usage.input_tokens > 0:
         ratio = usage.input_tokens / context_estimate

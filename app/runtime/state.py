@@ -17,7 +17,7 @@ from app.config import Settings
 from app.llm.base import Message, Model
 from app.queue.lease import LeasedRun, StoredMessage
 from app.runtime.agent_settings import AgentMode
-from app.runtime.context import Summary
+from app.runtime.context import Summary, estimate_message_tokens
 from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
 from app.runtime.states import QUEUED, record_transition
 from app.tools.registry import ToolRegistry
@@ -61,11 +61,13 @@ class Entry:
     message: Message
     seq: int = 0
     """Its `session_messages.seq` (1, 2, … per session, without gaps)."""
+    tokens: int | None = None
+    """Its estimated tokens (`session_messages.token_count`), if known."""
 
     @classmethod
     def stored(cls, row: StoredMessage) -> Entry:
         """An entry from a stored transcript row."""
-        return cls(run_id=row.run_id, message=row.message, seq=row.seq)
+        return cls(run_id=row.run_id, message=row.message, seq=row.seq, tokens=row.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +127,8 @@ class RunState:
     def record(self, message: Message) -> None:
         """Remember a message this attempt has just stored (as the session's next row)."""
         seq = self.transcript[-1].seq + 1 if self.transcript else 1
-        self.transcript.append(Entry(run_id=self.run_id, message=message, seq=seq))
+        tokens = estimate_message_tokens(message)
+        self.transcript.append(Entry(self.run_id, message, seq=seq, tokens=tokens))
 
     async def transition(self, to: str) -> None:
         """Move the state machine to `to` (recorded and streamed); staying put is a no-op."""

@@ -210,3 +210,16 @@ async def test_offline_model_answers_compaction_requests(purpose: str) -> None:
         ]
     else:
         assert "".join(e.text for e in events if isinstance(e, TextDelta)).endswith("- user: hi")
+
+
+def test_stored_token_counts_are_used_unless_the_message_was_trimmed() -> None:
+    long = result("a", "z" * 10_000)
+    transcript = [
+        Entry(RUN, UserMessage(text="q"), seq=1, tokens=7),
+        Entry(RUN, AssistantMessage(tool_calls=[call("a")]), seq=2, tokens=11),
+        Entry(RUN, long, seq=3, tokens=2600),
+    ]
+    items = build_items(transcript, max_result_chars=1000)
+    assert [i.tokens for i in items[:2]] == [7, 11]  # no re-serialising per call
+    assert items[2].tokens == estimate_message_tokens(items[2].message) < 300
+    assert build_items(transcript)[2].tokens == 2600
