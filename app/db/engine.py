@@ -2,8 +2,9 @@
 
 * `tenant(principal)`: as role `agent_runtime_app` with the principal's JWT claims set, so the
   RLS policies (see the initial migration) confine every statement to the principal's tenant.
-* `queue()`: as role `agent_runtime_worker`, which sees `agent_run_queue` across tenants and
-  nothing else — the claim, lease and recovery verbs.
+* `queue()`: as role `agent_runtime_worker`, which sees `agent_run_queue` across tenants — the
+  claim, lease and recovery verbs — and only the columns of `agent_memory_entries` and
+  `tool_approvals` that say which tenants have re-embedding or expiry work (no content).
 * `owner()`: as the connecting user (migrations check, readiness, tests). Never used for tenant data.
 """
 
