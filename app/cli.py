@@ -458,6 +458,24 @@ class Renderer:
         elif kind == "tool.failed":
             error = _one_line(_describe_error(event.get("error")))
             self._line(f"{self.sym['fail']} failed: {error}", self._red)
+        elif kind == "approval.required":
+            self._approval_required(event)
+        elif kind == "approval.resolved":
+            self._line(f"({_decision(event)})", self._dim)
+        elif kind in ("plan.created", "plan.updated"):
+            self._plan(event)
+        elif kind == "plan.step":
+            reason = f": {_one_line(event['reason'], 120)}" if event.get("reason") else ""
+            self._line(f"(step {event.get('index')} {event.get('status')}{reason})", self._dim)
+        elif kind == "context.compacted":
+            self._line(
+                f"(context compacted: messages {event.get('fromSeq')}–{event.get('toSeq')} "
+                f"summarised, {event.get('tokensBefore')} → {event.get('tokensAfter')} tokens)",
+                self._dim,
+            )
+        elif kind == "context.compaction_failed":
+            error = _one_line(_describe_error(event.get("error")), 160)
+            self._line(f"(context compaction failed: {error})", self._dim)
         elif kind == "usage":
             self.input_tokens += int(event.get("inputTokens") or 0)
             self.output_tokens += int(event.get("outputTokens") or 0)
@@ -484,6 +502,42 @@ class Renderer:
             self._line(f"{self.sym['stop']} cancelled", self._red)
             return EXIT_RUN_FAILED
         return None
+
+    def _approval_required(self, event: dict[str, Any]) -> None:
+        args = _one_line(event.get("args", {}), 160)
+        why = f"{event.get('reason')}, risk {event.get('risk')}"
+        self._line(
+            f"{self.sym['stop']} waiting for approval: tool {event.get('tool')} {args} ({why})",
+            self._red,
+        )
+        self._line(
+            f"  decide: POST /api/agent-runtime/approvals/{event.get('approvalId')} "
+            '{"decision": "approve"} or {"decision": "deny"}',
+            self._dim,
+        )
+
+    def _plan(self, event: dict[str, Any]) -> None:
+        plan = event.get("plan")
+        steps = plan.get("steps", []) if isinstance(plan, dict) else []
+        title = "plan" if event.get("type") == "plan.created" else "revised plan"
+        self._line(f"{title}:", self._dim)
+        for step in steps if isinstance(steps, list) else []:
+            if isinstance(step, dict):
+                status = step.get("status")
+                mark = "" if status in (None, "pending") else f" ({status})"
+                desc = _one_line(step.get("description", ""), 160)
+                self._line(f"  {step.get('index')}. {desc}{mark}", self._dim)
+
+
+def _decision(event: dict[str, Any]) -> str:
+    """An `approval.resolved` event in words."""
+    decision = event.get("decision")
+    if decision == "expired":
+        return "the approval expired: the call is refused"
+    who = f" by {event.get('decidedBy')}" if event.get("decidedBy") else ""
+    reason = f": {_one_line(event['reason'], 120)}" if event.get("reason") else ""
+    verb = "approved" if decision == "approve" else "denied"
+    return f"{verb}{who}{reason}"
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -299,6 +299,63 @@ def test_renders_a_completed_run_with_tools() -> None:
     ]
 
 
+def test_renders_approvals_plans_and_compactions() -> None:
+    steps = [
+        {"index": 1, "description": "write it", "tools": ["write_file"], "status": "pending"},
+        {"index": 2, "description": "read it", "tools": [], "status": "pending"},
+    ]
+    text, code = render(
+        [
+            {"type": "plan.created", "plan": {"steps": steps}},
+            {"type": "plan.step", "index": 1, "status": "running"},
+            {
+                "type": "approval.required",
+                "approvalId": "a1",
+                "toolCallId": "c1",
+                "tool": "run_shell",
+                "args": {"command": "rm -rf build"},
+                "risk": "high",
+                "reason": "risk high needs approval",
+            },
+            {
+                "type": "approval.resolved",
+                "approvalId": "a1",
+                "decision": "approve",
+                "decidedBy": "alice",
+            },
+            {"type": "plan.step", "index": 1, "status": "failed", "reason": "no such file"},
+            {"type": "approval.resolved", "approvalId": "a2", "decision": "expired"},
+            {
+                "type": "context.compacted",
+                "fromSeq": 1,
+                "toSeq": 9,
+                "tokensBefore": 1800,
+                "tokensAfter": 700,
+            },
+            {
+                "type": "context.compaction_failed",
+                "error": {"code": "model_error", "message": "down"},
+            },
+        ]
+    )
+    assert code is None
+    assert text.splitlines() == [
+        "plan:",
+        "  1. write it",
+        "  2. read it",
+        "(step 1 running)",
+        '■ waiting for approval: tool run_shell {"command": "rm -rf build"} '
+        "(risk high needs approval, risk high)",
+        '  decide: POST /api/agent-runtime/approvals/a1 {"decision": "approve"} or '
+        '{"decision": "deny"}',
+        "(approved by alice)",
+        "(step 1 failed: no such file)",
+        "(the approval expired: the call is refused)",
+        "(context compacted: messages 1–9 summarised, 1800 → 700 tokens)",
+        "(context compaction failed: model_error: down)",
+    ]
+
+
 def test_renders_failure_cancellation_and_unstreamed_text() -> None:
     text, code = render(
         [
