@@ -12,7 +12,8 @@ A call needs approval when ANY rule triggers:
 * `risk`: the tool's risk level is listed;
 * `tools`: the tool matches one of the patterns (see `patterns.py`);
 * `args`: the tool matches the rule's `tool` pattern and its argument `arg` is not on the rule's
-  allowlist. A value is allowlisted when it fully matches one of `allowRegex`, or when it equals
+  allowlist. A value is allowlisted when it fully matches one of `allowRegex` (RE2 syntax, matched in linear
+  time by `linear_regex.py`), or when it equals
   a prefix of `allowPrefixes` or starts with it followed by a space — and, for prefixes only,
   contains no shell control characters (``; & | ` $ < > ( ) \\`` or a line break), so that
   `ls; rm -rf ~` does not pass as `ls`. A missing or non-string argument, or one longer than
@@ -30,20 +31,23 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from app.tools.base import Tool
+from app.tools.linear_regex import UnsafePatternError, check_pattern, full_match_any
 from app.tools.patterns import Risk, first_match, matches, validate_pattern, validate_patterns
 
 MAX_ALLOWLIST = 100
-MAX_REGEX_CHARS = 500
 MAX_CHECKED_CHARS = 4096
 _SHELL_CONTROL = re.compile(r"[;&|`$<>()\\\n\r]")
 ARG_REASON_SUFFIX: Final = "` is not on the allowlist"
 """The reason of an argument rule is "`ARG`" followed by this (see `gated_argument`)."""
 MAX_DESCRIBED = 10
 """Allowlist entries shown per list by `ArgRule.describe` (the rest are counted)."""
+
+STORED: Final = "stored"
+"""Validation context key: the rules come from the database, not from a request."""
 
 TriggerKind = Literal["args", "tool", "risk"]
 TRIGGER_ORDER: Final[dict[str, int]] = {"args": 0, "tool": 1, "risk": 2}
@@ -85,7 +89,8 @@ class ArgRule(_Rules):
     allow_regex: list[str] = Field(
         default_factory=list,
         max_length=MAX_ALLOWLIST,
-        description="Allowed values: Python regexes that must match the whole value.",
+        description="Allowed values: regexes in RE2 syntax (linear-time matching: no "
+        "backreferences or lookaround) that must match the whole value.",
     )
 
     @field_validator("tool")
@@ -102,14 +107,14 @@ class ArgRule(_Rules):
 
     @field_validator("allow_regex")
     @classmethod
-    def _regexes(cls, values: list[str]) -> list[str]:
+    def _regexes(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        if isinstance(info.context, dict) and info.context.get(STORED):
+            return values  # already stored: one RE2 refuses matches nothing (`linear_regex`)
         for value in values:
-            if len(value) > MAX_REGEX_CHARS:
-                raise ValueError(f"a regex may have at most {MAX_REGEX_CHARS} characters")
             try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"invalid regex {value!r}: {exc}") from exc
+                check_pattern(value)
+            except UnsafePatternError as exc:
+                raise ValueError(str(exc)) from None
         return values
 
     @property
@@ -132,7 +137,7 @@ class ArgRule(_Rules):
         """Whether `value` passes the allowlist."""
         if not isinstance(value, str) or len(value) > MAX_CHECKED_CHARS:
             return False
-        if any(re.fullmatch(rx, value) for rx in self.allow_regex):
+        if full_match_any(tuple(self.allow_regex), value):
             return True
         stripped = value.strip()
         if _SHELL_CONTROL.search(stripped):
@@ -159,8 +164,9 @@ class ApprovalRules(_Rules):
 
     @classmethod
     def parse(cls, stored: dict[str, Any] | None) -> ApprovalRules:
-        """The rules of a stored JSONB value (`{}`: none)."""
-        return cls.model_validate(stored or {})
+        """The rules of a stored JSONB value (`{}`: none). Regexes stored before RE2 checked them
+        are kept (and match nothing) rather than making the whole policy unreadable."""
+        return cls.model_validate(stored or {}, context={STORED: True})
 
     def stored(self) -> dict[str, Any]:
         """The JSONB value to store (camelCase, empty lists left out)."""
