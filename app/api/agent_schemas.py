@@ -101,8 +101,9 @@ def _check_name(value: str) -> str:
     return value
 
 
-def _check_prompt(value: str) -> str:
-    return storable_text(value, blank_ok=True)
+def _check_prompt(value: str | None) -> str | None:
+    # None reaches here only on create, where null means "omitted" (`AgentUpdate` refuses it first)
+    return None if value is None else storable_text(value, blank_ok=True)
 
 
 class AgentCreate(ApiModel):

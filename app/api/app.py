@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 import structlog
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
 from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
@@ -24,6 +25,7 @@ from app.api.routes import (
     stream,
     tools,
 )
+from app.api.schemas import error_responses
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
 from app.config import Settings
 from app.db.engine import Database
@@ -92,5 +94,15 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
+        _document_body_errors(module.router)
         app.include_router(module.router)
     return app
+
+
+def _document_body_errors(router: APIRouter) -> None:
+    """Every route that reads a JSON body may answer 400 (not JSON), 413 (too large) and 415 (not
+    `application/json`): say so in its OpenAPI entry, whatever the route itself lists."""
+    for route in router.routes:
+        if isinstance(route, APIRoute) and route.body_field is not None:
+            for code, entry in error_responses(400, 413, 415).items():
+                route.responses.setdefault(code, entry)

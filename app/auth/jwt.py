@@ -2,6 +2,8 @@
 
 The tenant is `app_metadata.tenant_id` when it is a non-empty string, else the user (`sub`) —
 the same rule as the database's `agent_runtime_tenant_id()`, so RLS and the API always agree.
+Both ids are at most `MAX_ID_CHARS` characters: a longer one is refused (401) here, before it can
+reach a database index that cannot hold it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from app.auth.principal import Principal
 
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key should be at least as long as the hash
+MAX_ID_CHARS = 255
+"""Longest user (`sub`) or tenant id accepted. Ids are stored in btree indexes (alone and beside a
+session key), whose entries Postgres caps at about 2.7 kB; Supabase's own ids are 36-character
+UUIDs."""
 
 
 class AuthError(Exception):
@@ -69,13 +75,20 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
     sub = claims.get("sub")
     if not _usable_id(sub):
         raise AuthError("token 'sub' claim must be a non-empty string")
+    _check_length("sub", sub)
     tenant = sub
     app_metadata = claims.get("app_metadata")
     if isinstance(app_metadata, dict):
         candidate = app_metadata.get("tenant_id")
         if _usable_id(candidate):
+            _check_length("app_metadata.tenant_id", candidate)
             tenant = candidate
     return Principal(user_id=sub, tenant_id=tenant)
+
+
+def _check_length(claim: str, value: str) -> None:
+    if len(value) > MAX_ID_CHARS:
+        raise AuthError(f"token {claim!r} claim is longer than {MAX_ID_CHARS} characters")
 
 
 def _usable_id(value: object) -> TypeGuard[str]:

@@ -36,6 +36,22 @@ _SSE_DOC = (
     "Ends after `run.completed`, `run.failed` or `run.cancelled`; comment lines keep it alive."
 )
 
+SSE_EVENT_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "description": "One Server-Sent Event (keep-alive comments are not events).",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The event's seq."},
+        "event": {"type": "string", "description": "The event's type."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "The event as a JSON object (`type`, `runId`, `seq`, `ts`, fields).",
+        },
+    },
+}
+"""The OpenAPI schema of each event of `/stream` (a stream's `schema` describes one event)."""
+
 
 def parse_last_event_id(value: str | None, field: str) -> int:
     """A resume position: a non-negative integer (absent or blank: 0, i.e. from the start)."""
@@ -52,7 +68,7 @@ def parse_last_event_id(value: str | None, field: str) -> int:
     response_class=EventSourceResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
             "description": _SSE_DOC,
         },
         **error_responses(401, 404, 422),
