@@ -157,7 +157,7 @@ async def test_run_with_retries_reset_thinking_and_two_calls(
     provider.check_results_sent_back(second, text="Writing both.", calls=calls)
 
 
-@pytest.mark.parametrize("provider", ["gemini"], indirect=True)  # Gemini only (so far)
+@pytest.mark.parametrize("provider", ["gemini", "openai"], indirect=True)
 async def test_plan_run_asks_for_json_plans(
     queue: RunQueue, alice: Principal, server: FakeServer, provider: Wire
 ) -> None:
