@@ -108,13 +108,14 @@ class ArgRule(_Rules):
     @field_validator("allow_regex")
     @classmethod
     def _regexes(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        if isinstance(info.context, dict) and info.context.get(STORED):
-            return values  # already stored: one RE2 refuses matches nothing (`linear_regex`)
+        stored = isinstance(info.context, dict) and info.context.get(STORED)
         for value in values:
             try:
                 check_pattern(value)
             except UnsafePatternError as exc:
-                raise ValueError(str(exc)) from None
+                if not (stored and _valid_before_re2(value)):
+                    raise ValueError(str(exc)) from None
+                # saved when patterns were Python regexes: kept, and matches nothing
         return values
 
     @property
@@ -197,6 +198,16 @@ class ApprovalRules(_Rules):
         always = [t.reason for t in self.triggers(tool, {}) if t.kind != "args"]
         conditional = [rule.describe() for rule in self.args if matches(rule.tool, tool)]
         return always, conditional
+
+
+def _valid_before_re2(pattern: str) -> bool:
+    """Whether a stored pattern passed the check of its time (compiling as a Python regex, which
+    is only ever compiled here, never matched)."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
 
 
 def _listing(values: list[str]) -> str:
