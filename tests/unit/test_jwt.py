@@ -22,7 +22,8 @@ def encode(claims: dict[str, Any], secret: str = SECRET, algorithm: str = "HS256
 
 
 def claims(**overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"sub": "u1", "aud": AUD, "exp": int(time.time()) + 600}
+    # Tokens of the parametrize lists are built at collection, long before a slow suite runs them.
+    base: dict[str, Any] = {"sub": "u1", "aud": AUD, "exp": int(time.time()) + 24 * 3600}
     base.update(overrides)
     return {k: v for k, v in base.items() if v is not None}
 
