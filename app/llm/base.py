@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
 
 Message = UserMessage | AssistantMessage | ToolResult
 """One transcript entry, as the model sees it."""
@@ -54,7 +54,7 @@ class ModelRequest:
     """
     purpose: Literal["chat", "plan", "compact", "flush"] = "chat"
     """Why the call is made: `chat` (a normal turn), `plan` (asking for a plan, see
-    `app.runtime.planning`), `compact` (summarising older messages) or `flush` (offering the
+    `app.runtime.plan_protocol`), `compact` (summarising older messages) or `flush` (offering the
     `memory_store` tool before a compaction; see `app.runtime.compaction`); providers may use it
     for logging or routing."""
 

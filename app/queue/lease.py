@@ -23,6 +23,15 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.transcript import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    dump_message,
+    load_message,
+    role_of,
+)
 from app.db.engine import Database
 from app.db.models import AgentSession, Run, SessionMessage
 from app.queue.context_writes import ContextWrites
@@ -32,15 +41,6 @@ from app.queue.sql import query
 from app.queue.tool_calls import ToolCallWrites
 from app.runtime import events as ev
 from app.runtime.context import estimate_message_tokens
-from app.runtime.messages import (
-    AssistantMessage,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    dump_message,
-    load_message,
-    role_of,
-)
 from app.tools.approvals import ApprovalRequest, insert_pending
 
 Message = UserMessage | AssistantMessage | ToolResult

@@ -17,13 +17,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.queue.events import EventSpec, insert_events
 from app.queue.sql import query
 from app.runtime import events as ev
-from app.runtime.agents import default_agent, get_agent
 
 
 class NotFoundError(LookupError):

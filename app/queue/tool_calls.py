@@ -22,11 +22,11 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.models import ToolExecution
 from app.queue.events import EventSpec
 from app.queue.manager import ClaimedRun
 from app.runtime import events as ev
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 if TYPE_CHECKING:
     from app.queue.lease import FencedWrite

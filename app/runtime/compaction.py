@@ -36,6 +36,7 @@ from uuid import uuid4
 
 import structlog
 
+from app.core.transcript import UserMessage
 from app.llm.base import Message, Model, ModelError, ModelRequest, ToolSpec
 from app.queue.context_writes import Compaction
 from app.runtime import events as ev
@@ -49,9 +50,8 @@ from app.runtime.context import (
     estimate_text_tokens,
 )
 from app.runtime.memory_flush import flush_memory
-from app.runtime.messages import UserMessage
 from app.runtime.model_calls import collect
-from app.runtime.state import RunFailed, RunState
+from app.runtime.run_state import RunFailed, RunState
 from app.runtime.summaries import (
     REQUEST_OVERHEAD_TOKENS,
     SUMMARY_SYSTEM_PROMPT,

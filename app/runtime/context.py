@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
 from app.llm.base import Message, ToolSpec
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
 
 if TYPE_CHECKING:
-    from app.runtime.state import Entry
+    from app.runtime.run_state import Entry
 
 MISSING_RESULT = "no result was recorded for this call (its run ended before the tool finished)"
 SUMMARY_HEADER = (

@@ -30,6 +30,7 @@ import structlog
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.core.transcript import UserMessage
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
@@ -39,9 +40,8 @@ from app.runtime.agent_settings import AgentSettings
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
-from app.runtime.messages import UserMessage
 from app.runtime.plan_mode import drive_plan, in_plan_mode
-from app.runtime.state import AgentConfig, ContextWindow, Entry, RunFailed, RunState
+from app.runtime.run_state import AgentConfig, ContextWindow, Entry, RunFailed, RunState
 from app.runtime.states import COMPLETED, FAILED
 from app.tools.registry import ToolRegistry, default_tool_registry
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 import structlog
 
+from app.core.transcript import ToolCall, ToolResult, UserMessage
 from app.llm.base import ModelError, ModelRequest
 from app.runtime import events as ev
 from app.runtime.context import ContextItem, trim_text
-from app.runtime.messages import ToolCall, ToolResult, UserMessage
 from app.runtime.model_calls import collect
-from app.runtime.state import RunState
+from app.runtime.run_state import RunState
 from app.runtime.summaries import (
     FLUSH_SYSTEM_PROMPT,
     REQUEST_OVERHEAD_TOKENS,

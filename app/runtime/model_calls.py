@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from app.core.transcript import ToolCall
 from app.llm.base import (
     ModelEvent,
     ModelRequest,
@@ -23,8 +24,7 @@ from app.llm.base import (
 )
 from app.runtime import events as ev
 from app.runtime.limits import check_tokens
-from app.runtime.messages import ToolCall
-from app.runtime.state import RunState
+from app.runtime.run_state import RunState
 
 MIN_TOKEN_RATIO = 0.25
 MAX_TOKEN_RATIO = 8.0

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from app.core.transcript import AssistantMessage, ToolCall
 from app.llm.base import (
     ModelError,
     ModelRequest,
@@ -37,9 +38,8 @@ from app.llm.failures import CONTEXT_TOO_LONG
 from app.queue.events import EventSpec
 from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
-from app.runtime.messages import AssistantMessage, ToolCall
 from app.runtime.model_calls import closing_stream, record_usage
-from app.runtime.state import RunState
+from app.runtime.run_state import RunState
 from app.runtime.states import RESPONDING, THINKING
 
 ExtraEvents = Callable[[AssistantMessage], Sequence[EventSpec]]

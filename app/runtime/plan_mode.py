@@ -9,7 +9,7 @@ fails.
 2. Steps, in order: the step's instruction is stored (a user message with `step` set) with
    `plan.step {status: running}`; then the ordinary turn loop (`converse`) runs, its turn limit
    counted from the instruction. The step's answer is stored together with `plan.step` `done`
-   or `failed` (`planning.step_failure`), so a step's outcome is recorded exactly once.
+   or `failed` (`plan_protocol.step_failure`), so a step's outcome is recorded exactly once.
 3. A failed step: the model is asked for a revised plan (once per failure; at most
    `MAX_REVISIONS` per run, then the run fails with `plan_step_failed`). The revision keeps the
    finished steps, marks the failed one `failed` and the rest `skipped`, and appends the new
@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.core.transcript import AssistantMessage, Plan, PlanStep, UserMessage
 from app.llm.base import Message, ModelRequest
 from app.queue.events import EventSpec
 from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
 from app.runtime.conversation import converse
-from app.runtime.messages import AssistantMessage, Plan, PlanStep, UserMessage
 from app.runtime.model_calls import record_usage
 from app.runtime.model_turn import stream_turn
-from app.runtime.planning import (
+from app.runtime.plan_protocol import (
     MAX_REVISIONS,
     PlanInvalidError,
     PlanProgress,
@@ -50,7 +50,7 @@ from app.runtime.planning import (
     step_failure,
     step_instruction,
 )
-from app.runtime.state import RunFailed, RunState
+from app.runtime.run_state import RunFailed, RunState
 from app.runtime.states import PLANNING
 
 PLAN_INVALID = "plan_invalid"

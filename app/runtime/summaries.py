@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.llm.base import Message
 from app.runtime.context import ContextItem, estimate_text_tokens, trim_text
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 
 ARGS_MAX_CHARS = 300
 RESULT_MAX_CHARS = 1500

@@ -24,9 +24,9 @@ from uuid import UUID, uuid4
 
 import structlog
 
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult
 from app.db.models import ToolApproval
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
-from app.runtime.state import RunState
+from app.runtime.run_state import RunState
 from app.tools.approvals import (
     EXPIRED_REASON,
     ApprovalRequest,

@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import text
 
+from app.core.transcript import UserMessage
 from app.llm.base import Model, ModelEvent, ModelRequest
 from app.llm.offline import OfflineModel
 from app.llm.registry import ModelRegistry
 from app.queue.lease import LeasedRun
 from app.runtime import events as ev
-from app.runtime.messages import UserMessage
 from tests.integration.api_support import Api, auth
 
 

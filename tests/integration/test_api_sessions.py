@@ -8,9 +8,9 @@ from datetime import datetime
 
 import pytest
 
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 
 pytestmark = pytest.mark.timeout(30)

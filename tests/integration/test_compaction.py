@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from app.agents.store import default_agent
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.db.engine import Database
 from app.db.models import (
     Agent,
@@ -37,11 +39,9 @@ from app.memory.tools import memory_tools
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from app.runtime import events as ev
-from app.runtime.agents import default_agent
 from app.runtime.compaction import CONTEXT_OVERFLOW
 from app.runtime.context import SUMMARY_HEADER
 from app.runtime.loop import execute_run
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace_tools import workspace_tools

@@ -19,6 +19,7 @@ from sqlalchemy import select, text, update
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, load_message
 from app.db.engine import Database
 from app.db.models import Agent, Run, RunEvent, SessionMessage, ToolExecution
 from app.llm.base import Message, Model, ModelEvent, ModelRequest
@@ -28,9 +29,8 @@ from app.queue.manager import RunQueue
 from app.runtime import events as ev
 from app.runtime.context import MISSING_RESULT, build_context
 from app.runtime.loop import execute_run
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, load_message
 from app.runtime.model_turn import unique_tool_call_ids
-from app.runtime.state import Entry
+from app.runtime.run_state import Entry
 from app.runtime.tool_execution import INTERRUPTED
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry

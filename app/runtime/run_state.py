@@ -4,7 +4,7 @@ Everything the loop decides is derived from the transcript as stored (plus what 
 appended), so a resumed attempt and a fresh one go through the same code: pending tool calls are
 the latest assistant message's calls without a stored result, and a stored final assistant
 message means the run only has to be finished. (Plan mode derives its progress the same way, in
-`app.runtime.planning`.)
+`app.runtime.plan_protocol`.)
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 from uuid import UUID
 
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult
 from app.llm.base import Message, Model
 from app.queue.lease import LeasedRun, StoredMessage
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary, estimate_message_tokens
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
 from app.runtime.states import QUEUED, record_transition
 from app.tools.registry import ToolRegistry
 

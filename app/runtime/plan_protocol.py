@@ -21,8 +21,8 @@ from typing import Any
 
 import jsonschema
 
+from app.core.transcript import AssistantMessage, Plan, PlanStep, ToolResult, UserMessage
 from app.llm.base import Message, ToolSpec
-from app.runtime.messages import AssistantMessage, Plan, PlanStep, ToolResult, UserMessage
 
 MAX_STEPS = 20
 MAX_DESCRIPTION_CHARS = 2000
