@@ -23,6 +23,8 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.errors import LeaseLostError
+from app.core.tokens import estimate_message_tokens
 from app.core.transcript import (
     AssistantMessage,
     ToolCall,
@@ -40,14 +42,9 @@ from app.queue.manager import ClaimedRun
 from app.queue.sql import query
 from app.queue.tool_calls import ToolCallWrites
 from app.runtime import events as ev
-from app.runtime.context import estimate_message_tokens
 from app.tools.approvals import ApprovalRequest, insert_pending
 
 Message = UserMessage | AssistantMessage | ToolResult
-
-
-class LeaseLostError(RuntimeError):
-    """This worker no longer holds the run (lease expired and taken over, or run finished)."""
 
 
 class _CancelFirst(Exception):

@@ -19,28 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, NotFoundError
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.queue.events import EventSpec, insert_events
 from app.queue.sql import query
 from app.runtime import events as ev
-
-
-class NotFoundError(LookupError):
-    """The referenced object does not exist for this tenant (rendered as 404)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-class ConflictError(RuntimeError):
-    """The request is valid but conflicts with the object's state (rendered as 409)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

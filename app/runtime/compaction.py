@@ -36,6 +36,7 @@ from uuid import uuid4
 
 import structlog
 
+from app.core.tokens import estimate_message_tokens, estimate_text_tokens
 from app.core.transcript import UserMessage
 from app.llm.base import Message, Model, ModelError, ModelRequest, ToolSpec
 from app.queue.context_writes import Compaction
@@ -45,9 +46,7 @@ from app.runtime.context import (
     Summary,
     build_items,
     choose_cut,
-    estimate_message_tokens,
     estimate_overhead_tokens,
-    estimate_text_tokens,
 )
 from app.runtime.memory_flush import flush_memory
 from app.runtime.model_calls import collect

@@ -31,7 +31,7 @@ APPROVAL_RESOLVED: Final = "approval.resolved"
 """`{approvalId, decision (approve|deny|expired), decidedBy, reason?, trustSeconds?}`."""
 
 STATE_CHANGED: Final = "state.changed"
-"""The loop moved to another state (`app.runtime.states`): `{from, to}`."""
+"""The loop moved to another state (`app.core.state_machine`): `{from, to}`."""
 PLAN_CREATED: Final = "plan.created"
 """Plan mode: the run's plan, `{plan: {steps: [{index, description, tools, status}]}}`."""
 PLAN_STEP: Final = "plan.step"
@@ -54,15 +54,6 @@ MEMORY_FLUSHED: Final = "memory.flushed"
 calls themselves stream as `tool.*` events with `purpose: "memory_flush"`)."""
 
 TERMINAL_EVENTS: Final = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
-RUN_STATUSES: Final = (
-    "queued",
-    "running",
-    "awaiting_approval",
-    "completed",
-    "failed",
-    "cancelled",
-)
 
 
 def event_envelope(

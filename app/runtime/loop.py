@@ -30,6 +30,7 @@ import structlog
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.core.state_machine import COMPLETED, FAILED
 from app.core.transcript import UserMessage
 from app.db.models import Agent
 from app.llm.base import ModelError
@@ -42,7 +43,6 @@ from app.runtime.conversation import converse
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, Entry, RunFailed, RunState
-from app.runtime.states import COMPLETED, FAILED
 from app.tools.registry import ToolRegistry, default_tool_registry
 
 log = structlog.get_logger(__name__)

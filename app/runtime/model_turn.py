@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from app.core.state_machine import RESPONDING, THINKING
 from app.core.transcript import AssistantMessage, ToolCall
 from app.llm.base import (
     ModelError,
@@ -40,7 +41,6 @@ from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
 from app.runtime.model_calls import closing_stream, record_usage
 from app.runtime.run_state import RunState
-from app.runtime.states import RESPONDING, THINKING
 
 ExtraEvents = Callable[[AssistantMessage], Sequence[EventSpec]]
 """Events to store together with a turn's message, derived from it."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.core.state_machine import PLANNING
 from app.core.transcript import AssistantMessage, Plan, PlanStep, UserMessage
 from app.llm.base import Message, ModelRequest
 from app.queue.events import EventSpec
@@ -51,7 +52,6 @@ from app.runtime.plan_protocol import (
     step_instruction,
 )
 from app.runtime.run_state import RunFailed, RunState
-from app.runtime.states import PLANNING
 
 PLAN_INVALID = "plan_invalid"
 PLAN_STEP_FAILED = "plan_step_failed"

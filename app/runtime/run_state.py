@@ -1,4 +1,5 @@
-"""The state one run's phases share, and what can be read off its stored transcript.
+"""The state one run's phases share (`RunState`), what can be read off its stored transcript, and
+the recording of the loop's state machine (`record_transition`).
 
 Everything the loop decides is derived from the transcript as stored (plus what this attempt
 appended), so a resumed attempt and a fresh one go through the same code: pending tool calls are
@@ -13,13 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import update
+
 from app.config import Settings
+from app.core.state_machine import QUEUED, check_transition
+from app.core.tokens import estimate_message_tokens
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult
+from app.db.models import Run
 from app.llm.base import Message, Model
 from app.queue.lease import LeasedRun, StoredMessage
+from app.runtime import events as ev
 from app.runtime.agent_settings import AgentMode
-from app.runtime.context import Summary, estimate_message_tokens
-from app.runtime.states import QUEUED, record_transition
+from app.runtime.context import Summary
 from app.tools.registry import ToolRegistry
 
 
@@ -99,7 +105,7 @@ class RunState:
     transcript: list[Entry] = field(default_factory=list)
     model: Model | None = None
     current: str = QUEUED
-    """The state machine's state (`app.runtime.states`); every attempt starts `queued`."""
+    """The state machine's state (`app.core.state_machine`); every attempt starts `queued`."""
     tokens_used: int = 0
     """Input + output tokens of the run so far (all attempts)."""
     deadline: float | None = None
@@ -163,3 +169,10 @@ class RunState:
     def tool_call_ids(self) -> set[str]:
         """Every tool call id this run has used (ids are unique per run)."""
         return {c.id for m in self.own() if isinstance(m, AssistantMessage) for c in m.tool_calls}
+
+
+async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
+    """Check `current → to`, then set the run's `state` and store `state.changed` atomically."""
+    check_transition(current, to)
+    async with leased.write([(ev.STATE_CHANGED, {"from": current, "to": to})]) as w:
+        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=to))

@@ -18,11 +18,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, NotFoundError
+from app.core.state_machine import TERMINAL_STATUSES
 from app.db.engine import Database
 from app.db.models import Run, ToolApproval, ToolTrust
-from app.queue.manager import ConflictError, NotFoundError, emit_unleased
+from app.queue.manager import emit_unleased
 from app.queue.sql import query
-from app.runtime.events import TERMINAL_STATUSES
 from app.tools.approvals import EXPIRED_REASON, resolved_event
 
 SWEEP_USER = "agent-runtime:approval-expiry"

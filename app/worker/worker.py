@@ -33,11 +33,12 @@ import structlog
 from sqlalchemy import exc as sa_exc
 
 from app.config import Settings
+from app.core.errors import LeaseLostError
 from app.db.engine import Database
 from app.db.listen import Listener
 from app.memory.embedders import EmbedderConfigError, embedder_from_settings
 from app.memory.reembed import run_reembed
-from app.queue.lease import LeasedRun, LeaseLostError
+from app.queue.lease import LeasedRun
 from app.queue.manager import ClaimedRun, RunQueue
 from app.runtime import events as ev
 from app.tools.approvals import AwaitingApproval

@@ -9,10 +9,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, LeaseLostError, NotFoundError
 from app.core.transcript import UserMessage
 from app.db.engine import Database
-from app.queue.lease import LeasedRun, LeaseLostError
-from app.queue.manager import ConflictError, NotFoundError, RunQueue
+from app.queue.lease import LeasedRun
+from app.queue.manager import RunQueue
 
 
 @pytest.fixture

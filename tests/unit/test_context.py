@@ -7,6 +7,7 @@ from uuid import uuid4
 
 import pytest
 
+from app.core.tokens import estimate_message_tokens
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import ModelRequest, TextDelta, ToolCallEvent
 from app.llm.offline import OfflineModel, parse_directives
@@ -19,7 +20,6 @@ from app.runtime.context import (
     build_items,
     choose_cut,
     cut_points,
-    estimate_message_tokens,
     trim_tool_result,
 )
 from app.runtime.run_state import ContextWindow, Entry
