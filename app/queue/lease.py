@@ -36,12 +36,12 @@ from app.core.transcript import (
 )
 from app.db.engine import Database
 from app.db.models import AgentSession, Run, SessionMessage
-from app.queue.context_writes import ContextWrites
-from app.queue.events import EventSpec, insert_events
+from app.queue.event_log import EventSpec, insert_events
 from app.queue.manager import ClaimedRun
 from app.queue.sql import query
-from app.queue.tool_calls import ToolCallWrites
 from app.runtime import events as ev
+from app.runtime.compaction_store import ContextWrites
+from app.runtime.tool_records import ToolCallWrites
 from app.tools.approvals import ApprovalRequest, insert_pending
 
 Message = UserMessage | AssistantMessage | ToolResult

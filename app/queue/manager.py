@@ -22,7 +22,7 @@ from app.auth.principal import Principal
 from app.core.errors import ConflictError, NotFoundError
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
-from app.queue.events import EventSpec, insert_events
+from app.queue.event_log import EventSpec, insert_events
 from app.queue.sql import query
 from app.runtime import events as ev
 

@@ -39,8 +39,8 @@ import structlog
 from app.core.tokens import estimate_message_tokens, estimate_text_tokens
 from app.core.transcript import UserMessage
 from app.llm.base import Message, Model, ModelError, ModelRequest, ToolSpec
-from app.queue.context_writes import Compaction
 from app.runtime import events as ev
+from app.runtime.compaction_store import Compaction
 from app.runtime.context import (
     ContextItem,
     Summary,
@@ -49,7 +49,6 @@ from app.runtime.context import (
     estimate_overhead_tokens,
 )
 from app.runtime.memory_flush import flush_memory
-from app.runtime.model_calls import collect
 from app.runtime.run_state import RunFailed, RunState
 from app.runtime.summaries import (
     REQUEST_OVERHEAD_TOKENS,
@@ -60,6 +59,7 @@ from app.runtime.summaries import (
     summary_limit,
     summary_request,
 )
+from app.runtime.usage import collect
 
 log = structlog.get_logger(__name__)
 

@@ -25,7 +25,6 @@ from app.core.transcript import ToolCall, ToolResult, UserMessage
 from app.llm.base import ModelError, ModelRequest
 from app.runtime import events as ev
 from app.runtime.context import ContextItem, trim_text
-from app.runtime.model_calls import collect
 from app.runtime.run_state import RunState
 from app.runtime.summaries import (
     FLUSH_SYSTEM_PROMPT,
@@ -34,6 +33,7 @@ from app.runtime.summaries import (
     render_items,
 )
 from app.runtime.tool_execution import call_guard, tool_context
+from app.runtime.usage import collect
 from app.tools.approval_rules import gated_argument
 
 log = structlog.get_logger(__name__)

@@ -36,11 +36,11 @@ from app.llm.base import (
     Usage,
 )
 from app.llm.failures import CONTEXT_TOO_LONG
-from app.queue.events import EventSpec
+from app.queue.event_log import EventSpec
 from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
-from app.runtime.model_calls import closing_stream, record_usage
 from app.runtime.run_state import RunState
+from app.runtime.usage import closing_stream, record_usage
 
 ExtraEvents = Callable[[AssistantMessage], Sequence[EventSpec]]
 """Events to store together with a turn's message, derived from it."""

@@ -28,11 +28,10 @@ from collections.abc import Sequence
 from app.core.state_machine import PLANNING
 from app.core.transcript import AssistantMessage, Plan, PlanStep, UserMessage
 from app.llm.base import Message, ModelRequest
-from app.queue.events import EventSpec
+from app.queue.event_log import EventSpec
 from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
 from app.runtime.conversation import converse
-from app.runtime.model_calls import record_usage
 from app.runtime.model_turn import stream_turn
 from app.runtime.plan_protocol import (
     MAX_REVISIONS,
@@ -52,6 +51,7 @@ from app.runtime.plan_protocol import (
     step_instruction,
 )
 from app.runtime.run_state import RunFailed, RunState
+from app.runtime.usage import record_usage
 
 PLAN_INVALID = "plan_invalid"
 PLAN_STEP_FAILED = "plan_step_failed"

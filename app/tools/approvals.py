@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ToolApproval, ToolTrust
-from app.queue.events import EventSpec
+from app.queue.event_log import EventSpec
 from app.queue.manager import ClaimedRun
 from app.runtime import events as ev
 from app.tools.approval_rules import gated_argument

@@ -25,7 +25,7 @@ from app.api.schemas import (
     error_responses,
 )
 from app.db.models import Run, RunEvent
-from app.queue.events import events_after
+from app.queue.event_log import events_after
 from app.runtime.events import event_envelope
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])

@@ -24,7 +24,7 @@ from app.api.schemas import MAX_SEQ, error_responses
 from app.auth.principal import Principal
 from app.core.state_machine import TERMINAL_STATUSES
 from app.db.models import Run
-from app.queue.events import events_after
+from app.queue.event_log import events_after
 from app.runtime.events import TERMINAL_EVENTS
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.models import ToolExecution
-from app.queue.events import EventSpec
+from app.queue.event_log import EventSpec
 from app.queue.manager import ClaimedRun
 from app.runtime import events as ev
 

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from app.db.engine import Database
 from app.db.models import AgentSession, ContextSnapshot, Run
-from app.queue.events import EventSpec
+from app.queue.event_log import EventSpec
 from app.queue.manager import ClaimedRun
 
 if TYPE_CHECKING:
