@@ -19,13 +19,12 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
-
-Message = UserMessage | AssistantMessage | ToolResult
-"""One transcript entry, as the model sees it."""
+from app.core.transcript import Message as Message  # one transcript entry, as models see it
+from app.core.transcript import ToolCall, dump_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +136,19 @@ class Model(ABC):
         override it.
         """
         return estimate_request_tokens(request)
+
+
+@asynccontextmanager
+async def closing_stream(
+    stream: AsyncIterator[ModelEvent],
+) -> AsyncIterator[AsyncIterator[ModelEvent]]:
+    """Close a model's stream (an async generator) however the call that reads it ends."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def estimate_request_tokens(request: ModelRequest) -> int:

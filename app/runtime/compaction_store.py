@@ -1,6 +1,6 @@
-"""Fenced writes of context management (a mixin of `LeasedRun`): the compaction snapshots and the
-memory-flush bookkeeping, and the read they start from. (The context's size and window are
-recorded with each call's usage, `LeasedRun.add_usage`.)
+"""What context management stores for a session: compaction snapshots and the memory-flush mark
+(written in fenced transactions of the run), and the read each attempt starts from. (The
+context's size and window are recorded with each call's usage, `app.runtime.usage`.)
 
 A compaction's snapshot row, the run's and session's compaction counts and its
 `context.compacted` event are written in one transaction, so a compaction is either wholly stored
@@ -9,22 +9,15 @@ or not at all: a failure before that leaves the session exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from uuid import UUID
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 
-from app.db.engine import Database
+from app.core.events import ContextCompactedEvent, MemoryFlushedEvent
 from app.db.models import AgentSession, ContextSnapshot, Run
-from app.queue.event_log import EventSpec
-from app.queue.manager import ClaimedRun
-
-if TYPE_CHECKING:
-    from app.queue.lease import FencedWrite
+from app.queue.lease import LeasedRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,80 +48,72 @@ class Compaction:
     model: str
 
 
-class ContextWrites:
-    """The context-management verbs of `LeasedRun` (which provides `db`, `run` and `write`)."""
-
-    db: Database
-    run: ClaimedRun
-
-    if TYPE_CHECKING:
-
-        def write(
-            self, events: Sequence[EventSpec] = ()
-        ) -> AbstractAsyncContextManager[FencedWrite]: ...
-
-    async def session_context(self) -> SessionContext:
-        """The session's latest compaction summary and memory-flush mark."""
-        async with self.db.tenant(self.run.principal) as s:
-            flushed = await s.scalar(
-                select(AgentSession.memory_flushed_through_seq).where(
-                    AgentSession.id == self.run.session_id
+async def session_context(leased: LeasedRun) -> SessionContext:
+    """The session's latest compaction summary and memory-flush mark."""
+    async with leased.db.tenant(leased.run.principal) as s:
+        flushed = await s.scalar(
+            select(AgentSession.memory_flushed_through_seq).where(
+                AgentSession.id == leased.run.session_id
+            )
+        )
+        latest = (
+            await s.execute(
+                select(
+                    ContextSnapshot.summary,
+                    ContextSnapshot.first_message_seq,
+                    ContextSnapshot.last_message_seq,
                 )
-            )
-            latest = (
-                await s.execute(
-                    select(
-                        ContextSnapshot.summary,
-                        ContextSnapshot.first_message_seq,
-                        ContextSnapshot.last_message_seq,
-                    )
-                    .where(ContextSnapshot.session_id == self.run.session_id)
-                    .order_by(
-                        ContextSnapshot.last_message_seq.desc(), ContextSnapshot.created_at.desc()
-                    )
-                    .limit(1)
+                .where(ContextSnapshot.session_id == leased.run.session_id)
+                .order_by(
+                    ContextSnapshot.last_message_seq.desc(), ContextSnapshot.created_at.desc()
                 )
-            ).one_or_none()
-        if latest is None:
-            return SessionContext(None, 0, 0, flushed or 0)
-        return SessionContext(latest[0], latest[1], latest[2], flushed or 0)
+                .limit(1)
+            )
+        ).one_or_none()
+    if latest is None:
+        return SessionContext(None, 0, 0, flushed or 0)
+    return SessionContext(latest[0], latest[1], latest[2], flushed or 0)
 
-    async def store_compaction(self, compaction: Compaction, events: Sequence[EventSpec]) -> None:
-        """Store a compaction snapshot with `events`, counting it for the run and the session."""
-        async with self.write(events) as w:
-            await w.session.execute(
-                insert(ContextSnapshot).values(
-                    id=compaction.id,
-                    tenant_id=self.run.tenant_id,
-                    session_id=self.run.session_id,
-                    run_id=self.run.id,
-                    summary=compaction.summary,
-                    first_message_seq=compaction.first_seq,
-                    last_message_seq=compaction.last_seq,
-                    messages_covered=compaction.messages_covered,
-                    tokens_before=compaction.tokens_before,
-                    tokens_after=compaction.tokens_after,
-                    summary_tokens=compaction.summary_tokens,
-                    model=compaction.model,
-                )
-            )
-            await w.session.execute(
-                update(Run).where(Run.id == self.run.id).values(compactions=Run.compactions + 1)
-            )
-            await w.session.execute(
-                update(AgentSession)
-                .where(AgentSession.id == self.run.session_id)
-                .values(compactions=AgentSession.compactions + 1)
-            )
 
-    async def mark_flushed(self, through_seq: int, events: Sequence[EventSpec]) -> None:
-        """Rows up to `through_seq` were offered for a memory flush (never offered again)."""
-        async with self.write(events) as w:
-            await w.session.execute(
-                update(AgentSession)
-                .where(
-                    AgentSession.id == self.run.session_id,
-                    AgentSession.memory_flushed_through_seq < through_seq,
-                )
-                .values(memory_flushed_through_seq=through_seq)
+async def store_compaction(
+    leased: LeasedRun, compaction: Compaction, event: ContextCompactedEvent
+) -> None:
+    """Store a compaction snapshot with its event, counting it for the run and the session."""
+    async with leased.write([event]) as w:
+        await w.session.execute(
+            insert(ContextSnapshot).values(
+                id=compaction.id,
+                tenant_id=leased.run.tenant_id,
+                session_id=leased.run.session_id,
+                run_id=leased.run.id,
+                summary=compaction.summary,
+                first_message_seq=compaction.first_seq,
+                last_message_seq=compaction.last_seq,
+                messages_covered=compaction.messages_covered,
+                tokens_before=compaction.tokens_before,
+                tokens_after=compaction.tokens_after,
+                summary_tokens=compaction.summary_tokens,
+                model=compaction.model,
             )
+        )
+        await w.session.execute(
+            update(Run).where(Run.id == leased.run.id).values(compactions=Run.compactions + 1)
+        )
+        await w.session.execute(
+            update(AgentSession)
+            .where(AgentSession.id == leased.run.session_id)
+            .values(compactions=AgentSession.compactions + 1)
+        )
+
+
+async def mark_flushed(leased: LeasedRun, through_seq: int, event: MemoryFlushedEvent) -> None:
+    """Rows up to `through_seq` were offered for a memory flush (never offered again)."""
+    async with leased.write([event]) as w:
+        await w.session.execute(
+            update(AgentSession)
+            .where(
+                AgentSession.id == leased.run.session_id,
+                AgentSession.memory_flushed_through_seq < through_seq,
+            )
+            .values(memory_flushed_through_seq=through_seq)
+        )

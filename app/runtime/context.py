@@ -19,14 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from app.core.tokens import estimate_message_tokens, estimate_text_tokens
-from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
-from app.llm.base import Message, ToolSpec
-
-if TYPE_CHECKING:
-    from app.runtime.run_state import Entry
+from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from app.llm.base import ToolSpec
+from app.runtime.transcript import Entry
 
 MISSING_RESULT = "no result was recorded for this call (its run ended before the tool finished)"
 SUMMARY_HEADER = (

@@ -17,15 +17,16 @@ from uuid import UUID
 from sqlalchemy import update
 
 from app.config import Settings
+from app.core.events import StateChangedEvent
 from app.core.state_machine import QUEUED, check_transition
 from app.core.tokens import estimate_message_tokens
-from app.core.transcript import AssistantMessage, ToolCall, ToolResult
+from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult
 from app.db.models import Run
-from app.llm.base import Message, Model
-from app.queue.lease import LeasedRun, StoredMessage
-from app.runtime import events as ev
+from app.llm.base import Model
+from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary
+from app.runtime.transcript import Entry
 from app.tools.registry import ToolRegistry
 
 
@@ -57,23 +58,6 @@ class AgentConfig:
     """Most input + output tokens the run may use (None: unlimited)."""
     context_window: int | None = None
     """The agent's own context window setting (None: the model's, else the server's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A transcript entry, the run that wrote it (None: imported/older rows) and its seq."""
-
-    run_id: UUID | None
-    message: Message
-    seq: int = 0
-    """Its `session_messages.seq` (1, 2, … per session, without gaps)."""
-    tokens: int | None = None
-    """Its estimated tokens (`session_messages.token_count`), if known."""
-
-    @classmethod
-    def stored(cls, row: StoredMessage) -> Entry:
-        """An entry from a stored transcript row."""
-        return cls(run_id=row.run_id, message=row.message, seq=row.seq, tokens=row.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,5 +158,11 @@ class RunState:
 async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
     """Check `current → to`, then set the run's `state` and store `state.changed` atomically."""
     check_transition(current, to)
-    async with leased.write([(ev.STATE_CHANGED, {"from": current, "to": to})]) as w:
+    async with leased.write([StateChangedEvent(from_=current, to=to)]) as w:
         await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=to))
+
+
+async def set_loop_state(leased: LeasedRun, state: str | None) -> None:
+    """Record the loop's current state (shown in /status) without an event or a check."""
+    async with leased.write() as w:
+        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=state))

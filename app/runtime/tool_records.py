@@ -1,4 +1,5 @@
-"""Fenced writes of tool calls (a mixin of `LeasedRun`): started, finished, refused.
+"""The stored record of each tool call: its `tool_executions` row, its result in the transcript
+and its `tool.*` event, written in fenced transactions of the run (started, finished, refused).
 
 A call is recorded as started (`tool.started`, a `tool_executions` row) before it runs, and its
 result is stored with its `tool.completed`/`tool.failed` event in one transaction after it. A
@@ -12,24 +13,18 @@ transaction; `LeasedRun.write` appends its events after the body, so the body fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
+from app.core.events import ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
+from app.core.transcript import ToolCall, ToolResult
 from app.db.models import ToolExecution
-from app.queue.event_log import EventSpec
-from app.queue.manager import ClaimedRun
-from app.runtime import events as ev
-
-if TYPE_CHECKING:
-    from app.queue.lease import FencedWrite
+from app.queue.lease import FencedWrite, LeasedRun
+from app.runtime.transcript import insert_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,149 +39,143 @@ class ToolAttempt:
         return self.previous_status == "started"
 
 
-class ToolCallWrites:
-    """The tool-call verbs of `LeasedRun` (which provides `write` and `_insert_messages`)."""
-
-    run: ClaimedRun
-    worker_id: str
-
-    if TYPE_CHECKING:
-
-        def write(
-            self, events: Sequence[EventSpec] = ()
-        ) -> AbstractAsyncContextManager[FencedWrite]: ...
-
-        async def _insert_messages(
-            self, s: AsyncSession, messages: Sequence[UserMessage | AssistantMessage | ToolResult]
-        ) -> list[int]: ...
-
-    async def tool_started(
-        self, call: ToolCall, *, approval_id: UUID | None = None, purpose: str | None = None
-    ) -> ToolAttempt:
-        """Record that `call` is about to execute and emit `tool.started` (with `purpose`, if
-        given: a housekeeping call such as a memory flush, not a turn of the conversation)."""
-        data: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
-        if purpose is not None:
-            data["purpose"] = purpose
-        async with self.write([(ev.TOOL_STARTED, data)]) as w:
-            previous = await w.session.scalar(
-                select(ToolExecution.status).where(
-                    ToolExecution.run_id == self.run.id, ToolExecution.tool_call_id == call.id
-                )
+async def tool_started(
+    leased: LeasedRun,
+    call: ToolCall,
+    *,
+    approval_id: UUID | None = None,
+    purpose: str | None = None,
+) -> ToolAttempt:
+    """Record that `call` is about to execute and emit `tool.started` (with `purpose`, if
+    given: a housekeeping call such as a memory flush, not a turn of the conversation)."""
+    event = ToolStartedEvent(tool_call_id=call.id, name=call.name, args=call.args, purpose=purpose)
+    async with leased.write([event]) as w:
+        previous = await w.session.scalar(
+            select(ToolExecution.status).where(
+                ToolExecution.run_id == w.run.id, ToolExecution.tool_call_id == call.id
             )
-            data["executionId"] = await self._upsert_execution(
-                w.session,
-                call,
-                {"status": "started"},
-                approval_id=approval_id,
-                on_conflict={
-                    # Waiting for approval was not an attempt at running the call.
-                    "attempt": case(
-                        (ToolExecution.status == "awaiting_approval", ToolExecution.attempt),
-                        else_=ToolExecution.attempt + 1,
-                    ),
-                    "started_at": func.now(),
-                    "finished_at": None,
-                    "result": None,
-                    "error": None,
-                },
-            )
-        return ToolAttempt(previous_status=previous)
-
-    async def _upsert_execution(
-        self,
-        s: AsyncSession,
-        call: ToolCall,
-        values: dict[str, Any],
-        *,
-        approval_id: UUID | None = None,
-        on_conflict: dict[str, Any] | None = None,
-    ) -> str:
-        """Insert the call's `tool_executions` row with `values`, or update it with them (and
-        `on_conflict`); the worker is this one, the approval is kept unless a new one is given.
-        Returns the row's id (as in events)."""
-        stmt = insert(ToolExecution).values(
-            tenant_id=self.run.tenant_id,
-            run_id=self.run.id,
-            session_id=self.run.session_id,
-            tool_call_id=call.id,
-            name=call.name,
-            args=call.args,
-            worker_id=self.worker_id,
+        )
+        event.execution_id = await upsert_execution(
+            w,
+            call,
+            {"status": "started"},
             approval_id=approval_id,
-            **values,
+            on_conflict={
+                # Waiting for approval was not an attempt at running the call.
+                "attempt": case(
+                    (ToolExecution.status == "awaiting_approval", ToolExecution.attempt),
+                    else_=ToolExecution.attempt + 1,
+                ),
+                "started_at": func.now(),
+                "finished_at": None,
+                "result": None,
+                "error": None,
+            },
         )
-        approval = func.coalesce(stmt.excluded.approval_id, ToolExecution.approval_id)
-        execution_id = await s.scalar(
-            stmt.on_conflict_do_update(
-                constraint="tool_executions_run_call_key",
-                set_={
-                    "worker_id": self.worker_id,
-                    "approval_id": approval,
-                    **values,
-                    **(on_conflict or {}),
-                },
-            ).returning(ToolExecution.id)
+    return ToolAttempt(previous_status=previous)
+
+
+async def upsert_execution(
+    w: FencedWrite,
+    call: ToolCall,
+    values: dict[str, Any],
+    *,
+    approval_id: UUID | None = None,
+    on_conflict: dict[str, Any] | None = None,
+) -> UUID:
+    """Insert the call's `tool_executions` row with `values`, or update it with them (and
+    `on_conflict`); the worker is this one, the approval is kept unless a new one is given.
+    Returns the row's id."""
+    run = w.run
+    stmt = insert(ToolExecution).values(
+        tenant_id=run.tenant_id,
+        run_id=run.id,
+        session_id=run.session_id,
+        tool_call_id=call.id,
+        name=call.name,
+        args=call.args,
+        worker_id=w.worker_id,
+        approval_id=approval_id,
+        **values,
+    )
+    approval = func.coalesce(stmt.excluded.approval_id, ToolExecution.approval_id)
+    execution_id: UUID | None = await w.session.scalar(
+        stmt.on_conflict_do_update(
+            constraint="tool_executions_run_call_key",
+            set_={
+                "worker_id": w.worker_id,
+                "approval_id": approval,
+                **values,
+                **(on_conflict or {}),
+            },
+        ).returning(ToolExecution.id)
+    )
+    assert execution_id is not None
+    return execution_id
+
+
+async def tool_refused(
+    leased: LeasedRun, call: ToolCall, error: str, *, approval_id: UUID | None = None
+) -> ToolResult:
+    """Store a call that is not executed (policy, cap, denial) as failed, with its event."""
+    result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
+    event = ToolFailedEvent(tool_call_id=call.id, name=call.name, error=error)
+    async with leased.write([event]) as w:
+        await insert_messages(w, [result])
+        event.execution_id = await upsert_execution(
+            w,
+            call,
+            {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
+            approval_id=approval_id,
         )
-        assert execution_id is not None
-        return str(execution_id)
+    return result
 
-    async def tool_refused(
-        self, call: ToolCall, error: str, *, approval_id: UUID | None = None
-    ) -> ToolResult:
-        """Store a call that is not executed (policy, cap, denial) as failed, with its event."""
-        result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
-        data: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "error": error}
-        async with self.write([(ev.TOOL_FAILED, data)]) as w:
-            await self._insert_messages(w.session, [result])
-            data["executionId"] = await self._upsert_execution(
-                w.session,
-                call,
-                {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
-                approval_id=approval_id,
+
+async def tool_finished(
+    leased: LeasedRun,
+    result: ToolResult,
+    *,
+    interrupted: bool = False,
+    in_transcript: bool = True,
+    purpose: str | None = None,
+) -> None:
+    """Store the tool's result row, its execution outcome and its event, atomically.
+
+    `in_transcript=False`: no transcript row (a housekeeping call, e.g. a memory flush, whose
+    call was never an assistant message); `purpose` goes into the event as in `tool_started`.
+    """
+    event: ToolCompletedEvent | ToolFailedEvent
+    if result.ok:
+        event = ToolCompletedEvent(
+            tool_call_id=result.tool_call_id,
+            name=result.name,
+            purpose=purpose,
+            result=result.result,
+        )
+    else:
+        event = ToolFailedEvent(
+            tool_call_id=result.tool_call_id, name=result.name, purpose=purpose, error=result.error
+        )
+    if interrupted:
+        status = "interrupted"
+    else:
+        status = "completed" if result.ok else "failed"
+    async with leased.write([event]) as w:
+        if in_transcript:
+            await insert_messages(w, [result])
+        execution_id = await w.session.scalar(
+            update(ToolExecution)
+            .where(
+                ToolExecution.run_id == w.run.id,
+                ToolExecution.tool_call_id == result.tool_call_id,
             )
-        return result
-
-    async def tool_finished(
-        self,
-        result: ToolResult,
-        *,
-        interrupted: bool = False,
-        in_transcript: bool = True,
-        purpose: str | None = None,
-    ) -> None:
-        """Store the tool's result row, its execution outcome and its event, atomically.
-
-        `in_transcript=False`: no transcript row (a housekeeping call, e.g. a memory flush, whose
-        call was never an assistant message); `purpose` goes into the event as in `tool_started`.
-        """
-        data: dict[str, Any] = {"toolCallId": result.tool_call_id, "name": result.name}
-        if purpose is not None:
-            data["purpose"] = purpose
-        if result.ok:
-            event: EventSpec = (ev.TOOL_COMPLETED, {**data, "result": result.result})
-        else:
-            event = (ev.TOOL_FAILED, {**data, "error": result.error})
-        if interrupted:
-            status = "interrupted"
-        else:
-            status = "completed" if result.ok else "failed"
-        async with self.write([event]) as w:
-            if in_transcript:
-                await self._insert_messages(w.session, [result])
-            execution_id = await w.session.scalar(
-                update(ToolExecution)
-                .where(
-                    ToolExecution.run_id == self.run.id,
-                    ToolExecution.tool_call_id == result.tool_call_id,
-                )
-                .values(
-                    status=status,
-                    result=result.result if result.ok else None,
-                    error=None if result.ok else {"message": result.error},
-                    finished_at=func.now(),
-                )
-                .returning(ToolExecution.id)
+            .values(
+                status=status,
+                result=result.result if result.ok else None,
+                error=None if result.ok else {"message": result.error},
+                finished_at=func.now(),
             )
-            if execution_id is not None:  # always, for a call `tool_started` recorded
-                event[1]["executionId"] = str(execution_id)
+            .returning(ToolExecution.id)
+        )
+        if execution_id is not None:  # always, for a call `tool_started` recorded
+            event.execution_id = execution_id

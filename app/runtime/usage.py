@@ -1,46 +1,22 @@
-"""What every model call of a run shares: closing the provider's stream, recording token usage
-(with the calibration of the context estimate), and collecting a call nobody watches stream.
-
-Conversation turns (`model_turn`) stream text to clients; the calls a compaction makes
-(`compaction`, `memory_flush`) are collected here instead: their text is not the assistant's
-answer, so only their retries (`model.retry`) and usage are streamed.
-"""
+"""Token usage of a run's model calls: added to the run (and, for conversation calls, recorded as
+the context's size) with a `usage` event, calibrating the context estimate, checked against the
+run's token budget."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from typing import Any
 
-from app.core.transcript import ToolCall
-from app.llm.base import (
-    ModelEvent,
-    ModelRequest,
-    RetryNotice,
-    StreamReset,
-    TextDelta,
-    ToolCallEvent,
-    Usage,
-)
-from app.runtime import events as ev
+from sqlalchemy import update
+
+from app.core.events import UsageEvent
+from app.db.models import AgentSession, Run
+from app.llm.base import Usage
+from app.queue.lease import LeasedRun
 from app.runtime.limits import check_tokens
 from app.runtime.run_state import RunState
 
 MIN_TOKEN_RATIO = 0.25
 MAX_TOKEN_RATIO = 8.0
-
-
-@asynccontextmanager
-async def closing_stream(
-    stream: AsyncIterator[ModelEvent],
-) -> AsyncIterator[AsyncIterator[ModelEvent]]:
-    """Close the provider's stream (an async generator) however the call ends."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 async def record_usage(
@@ -54,11 +30,10 @@ async def record_usage(
     """
     if usage is None:
         return
-    tokens = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
-    await state.leased.add_usage(
+    await add_usage(
+        state.leased,
         usage.input_tokens,
         usage.output_tokens,
-        events=[(ev.USAGE, tokens)],
         context_window=state.window.window if context_estimate is not None else None,
     )
     if context_estimate and usage.input_tokens > 0:
@@ -68,31 +43,27 @@ async def record_usage(
     check_tokens(state)
 
 
-@dataclass(slots=True)
-class Collected:
-    """The text and tool calls of a call that was not streamed to clients."""
-
-    text: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
-
-
-async def collect(state: RunState, request: ModelRequest) -> Collected:
-    """Make a call whose text clients do not see; its retries and usage are still recorded."""
-    assert state.model is not None, "the model is resolved before the first call"
-    out = Collected()
-    usage = None
-    async with closing_stream(state.model.stream(request)) as stream:
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                out.text += event.text
-            elif isinstance(event, ToolCallEvent):
-                out.calls.append(event.call)
-            elif isinstance(event, Usage):
-                usage = event
-            elif isinstance(event, RetryNotice):
-                retry = {"attempt": event.attempt, "delaySeconds": event.delay_seconds}
-                await state.leased.emit(ev.MODEL_RETRY, {**retry, "reason": event.reason})
-            elif isinstance(event, StreamReset):
-                out, usage = Collected(), None
-    await record_usage(state, usage)
-    return out
+async def add_usage(
+    leased: LeasedRun,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    context_window: int | None = None,
+) -> None:
+    """Add a model call's token usage to the run, with its `usage` event. With `context_window`,
+    the call's input was the conversation's context, sized for that window: its input tokens are
+    also the run's and session's current context size."""
+    event = UsageEvent(input_tokens=input_tokens, output_tokens=output_tokens)
+    async with leased.write([event]) as w:
+        values: dict[str, Any] = {
+            "input_tokens": Run.input_tokens + input_tokens,
+            "output_tokens": Run.output_tokens + output_tokens,
+        }
+        if context_window is not None:
+            values.update(context_tokens=input_tokens, context_window=context_window)
+            await w.session.execute(
+                update(AgentSession)
+                .where(AgentSession.id == leased.run.session_id)
+                .values(context_tokens=input_tokens)
+            )
+        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(**values))

@@ -19,6 +19,7 @@ from sqlalchemy import func, select, update
 from app.agents.store import default_agent
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
 from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.db.engine import Database
 from app.db.models import (
@@ -38,7 +39,6 @@ from app.llm.registry import ModelRegistry
 from app.memory.tools import memory_tools
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.compaction import CONTEXT_OVERFLOW
 from app.runtime.context import SUMMARY_HEADER
 from app.runtime.loop import execute_run
@@ -143,7 +143,7 @@ async def claim(queue: RunQueue, who: Principal, message: str, session: str) -> 
     claimed = await queue.claim_next("w1", 30)
     assert claimed is not None
     leased = LeasedRun(queue.db, claimed, "w1")
-    await leased.emit(ev.RUN_STARTED, {"attempt": 1, "workerId": "w1"})
+    await leased.emit(ev.RunStartedEvent(attempt=1, worker_id="w1"))
     return leased
 
 

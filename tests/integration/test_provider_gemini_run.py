@@ -21,10 +21,10 @@ import pytest
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.agent_settings import AgentSettings
 from app.runtime.loop import execute_run
 from app.runtime.plan_protocol import plan_schema

@@ -16,10 +16,10 @@ import pytest
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.loop import execute_run
 from tests.fakes import openai_wire as o
 from tests.fakes.server import FakeServer
