@@ -42,10 +42,11 @@ run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_UR
 test: $(STAMP) sysdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict
+lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 fmt: $(STAMP) ## format and auto-fix
 	$(BIN)/ruff format .

@@ -6,6 +6,7 @@ which is cheap and fully isolated (the procrastinate approach).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.events import RUN_EVENT_ADAPTER
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
 
@@ -92,11 +94,30 @@ def db_url(server_url: str, template_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:16]}"
     with _admin_conn(server_url) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+    url = _with_database(server_url, name)
     try:
-        yield _with_database(server_url, name)
+        yield url
+        check_stored_events(url)
     finally:
         with _admin_conn(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def check_stored_events(url: str) -> None:
+    """Every event the test stored is exactly one of the `RunEvent` types: validated strictly,
+    envelope included, so an undeclared or mistyped field fails the test that produced it."""
+    with _admin_conn(url) as conn:
+        rows = conn.execute(
+            "SELECT run_id, seq, type, data, created_at FROM run_events ORDER BY run_id, seq"
+        ).fetchall()
+    problems = []
+    for run_id, seq, type_, data, ts in rows:
+        wire = {**data, "type": type_, "runId": str(run_id), "seq": seq, "ts": ts.isoformat()}
+        try:
+            RUN_EVENT_ADAPTER.validate_json(json.dumps(wire), strict=True)
+        except ValueError as exc:
+            problems.append(f"run {run_id} seq {seq} {type_} {data}: {exc}")
+    assert not problems, "stored events that are not RunEvents:\n" + "\n".join(problems)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.queue.manager import ConflictError, NotFoundError
+from app.core.errors import ConflictError, NotFoundError
 
 log = structlog.get_logger(__name__)
 

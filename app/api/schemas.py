@@ -9,6 +9,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.core.events import RunEvent
 from app.db.text import storable_text
 
 SESSION_KEY_PATTERN = r"^[A-Za-z0-9:_.-]+$"
@@ -158,8 +159,21 @@ class RunEventsPage(ApiModel):
     """Stored events of a run (the same JSON objects as the SSE `data`)."""
 
     run_id: UUID
-    events: list[dict[str, Any]] = Field(
-        examples=[[{"type": "run.queued", "runId": _RUN_ID, "seq": 1, "ts": _TS}]]
+    events: list[RunEvent] = Field(
+        description="The events in order: each is one of the `RunEvent` types "
+        "(`app.core.events`), with its envelope `runId`, `seq`, `ts`.",
+        examples=[
+            [
+                {
+                    "runId": _RUN_ID,
+                    "seq": 1,
+                    "ts": "2025-01-01T12:00:00+00:00",
+                    "type": "run.queued",
+                    "sessionKey": "chat:42",
+                    "status": "queued",
+                }
+            ]
+        ],
     )
 
 

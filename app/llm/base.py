@@ -19,13 +19,12 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
-
-Message = UserMessage | AssistantMessage | ToolResult
-"""One transcript entry, as the model sees it."""
+from app.core.transcript import Message as Message  # one transcript entry, as models see it
+from app.core.transcript import ToolCall, dump_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +53,7 @@ class ModelRequest:
     """
     purpose: Literal["chat", "plan", "compact", "flush"] = "chat"
     """Why the call is made: `chat` (a normal turn), `plan` (asking for a plan, see
-    `app.runtime.planning`), `compact` (summarising older messages) or `flush` (offering the
+    `app.runtime.plan_protocol`), `compact` (summarising older messages) or `flush` (offering the
     `memory_store` tool before a compaction; see `app.runtime.compaction`); providers may use it
     for logging or routing."""
 
@@ -137,6 +136,19 @@ class Model(ABC):
         override it.
         """
         return estimate_request_tokens(request)
+
+
+@asynccontextmanager
+async def closing_stream(
+    stream: AsyncIterator[ModelEvent],
+) -> AsyncIterator[AsyncIterator[ModelEvent]]:
+    """Close a model's stream (an async generator) however the call that reads it ends."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def estimate_request_tokens(request: ModelRequest) -> int:

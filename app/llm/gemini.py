@@ -39,6 +39,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from app.config import Settings
+from app.core.transcript import ToolCall
 from app.llm.base import (
     Model,
     ModelError,
@@ -65,7 +66,6 @@ from app.llm.failures import (
 )
 from app.llm.gemini_contents import SignatureCache, to_contents
 from app.llm.retry import RetryPolicy, closing, stream_with_retries
-from app.runtime.messages import ToolCall
 
 PROVIDER = "Gemini"
 PREFIXES = ("gemini-", "models/gemini-")

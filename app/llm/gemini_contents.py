@@ -23,8 +23,8 @@ from typing import Any
 
 from google.genai import types
 
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.llm.base import Message
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 
 PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
 _MAJOR = re.compile(r"^(?:models/)?gemini-(\d+)")

@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.transcript import ToolCall, ToolResult, UserMessage, dump_message
 from app.llm.base import (
     Message,
     Model,
@@ -55,7 +56,6 @@ from app.llm.base import (
 )
 from app.llm.offline_compact import offline_flush_calls, offline_summary
 from app.llm.offline_plan import StepTurn, plan_answer, step_summary, step_turn
-from app.runtime.messages import ToolCall, ToolResult, UserMessage, dump_message
 
 ECHO_PREFIX = "You said: "
 QUOTE_MAX = 80

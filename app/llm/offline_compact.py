@@ -19,8 +19,8 @@ import hashlib
 import re
 from collections.abc import Sequence
 
+from app.core.transcript import ToolCall, UserMessage
 from app.llm.base import Message
-from app.runtime.messages import ToolCall, UserMessage
 
 SUMMARY_TITLE = "Summary of the earlier conversation:"
 MAX_SUMMARY_LINES = 60

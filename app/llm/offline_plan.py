@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.llm.base import Message
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 
 MALFORMED_PLAN = '{"steps": [{"description": "an unfinished plan"'
 DEFAULT_STEP = "Answer the request"

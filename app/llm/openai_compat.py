@@ -38,6 +38,7 @@ from openai import APIConnectionError, APIError, APIStatusError, AsyncOpenAI, As
 from openai.types.chat import ChatCompletionChunk
 
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import (
     Message,
     Model,
@@ -65,7 +66,6 @@ from app.llm.failures import (
     unexpected_failure,
 )
 from app.llm.retry import RetryPolicy, closing, stream_with_retries
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 PROVIDER = "OpenAI-compatible server"
 PREFIX = "openai:"

@@ -19,13 +19,13 @@ from sqlalchemy import Select, Text, cast, delete, func, insert, select, tuple_,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.agents.store import get_agent
 from app.auth.principal import Principal
+from app.core.errors import NotFoundError
 from app.db.engine import Database
 from app.db.models import AgentSession, MemoryEntry
 from app.memory.chunking import chunk_text
 from app.memory.embedders import Embedder, EmbedderConfigError, EmbeddingError
-from app.queue.manager import NotFoundError
-from app.runtime.agents import get_agent
 from app.sessions.store import get_session_by_key
 
 log = structlog.get_logger(__name__)

@@ -2,7 +2,8 @@
 
 API-side verbs run under RLS as the caller's tenant; the worker-side cross-tenant verbs
 (`claim_next`, `renew_leases`, `recover_expired`, `release`) run as `agent_runtime_worker`.
-Writes made *while running* a claimed run go through `app.queue.lease.LeasedRun` (fenced).
+Writes made *while running* a claimed run go through `app.queue.lease.LeasedRun` (fenced). The
+claim and every other lane statement are named SQL in `queries.sql`.
 """
 
 from __future__ import annotations
@@ -17,30 +18,14 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, NotFoundError
+from app.core.events import RunCancelledEvent, RunEvent, RunQueuedEvent
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
-from app.queue.events import EventSpec, insert_events
+from app.queue.event_log import insert_events
 from app.queue.sql import query
-from app.runtime import events as ev
-from app.runtime.agents import default_agent, get_agent
-
-
-class NotFoundError(LookupError):
-    """The referenced object does not exist for this tenant (rendered as 404)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-class ConflictError(RuntimeError):
-    """The request is valid but conflicts with the object's state (rendered as 409)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +61,7 @@ def new_session_key() -> str:
 
 
 async def emit_unleased(
-    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[EventSpec]
+    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[RunEvent]
 ) -> None:
     """Append events to a run that no worker holds (API side: queued, cancelled)."""
     row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
@@ -145,7 +130,7 @@ class RunQueue:
                 s,
                 run_id,
                 principal.tenant_id,
-                [(ev.RUN_QUEUED, {"sessionKey": key, "status": "queued"})],
+                [RunQueuedEvent(session_key=key)],
             )
         return EnqueuedRun(run_id=run_id, session_key=key)
 
@@ -214,7 +199,7 @@ class RunQueue:
             if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
                 await _close_approvals(s, run_id, principal.user_id)
                 await emit_unleased(
-                    s, run_id, principal.tenant_id, [(ev.RUN_CANCELLED, {"reason": "cancelled"})]
+                    s, run_id, principal.tenant_id, [RunCancelledEvent(reason="cancelled")]
                 )
                 return "cancelled"
             if await s.scalar(query("request_cancel_running"), {"run_id": run_id}) is not None:

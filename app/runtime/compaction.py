@@ -36,22 +36,26 @@ from uuid import uuid4
 
 import structlog
 
+from app.core.events import (
+    ContextCompactedEvent,
+    ContextCompactingEvent,
+    ContextCompactionFailedEvent,
+    EventError,
+)
+from app.core.tokens import estimate_message_tokens, estimate_text_tokens
+from app.core.transcript import UserMessage
 from app.llm.base import Message, Model, ModelError, ModelRequest, ToolSpec
-from app.queue.context_writes import Compaction
-from app.runtime import events as ev
+from app.runtime.compaction_store import Compaction, store_compaction
 from app.runtime.context import (
     ContextItem,
     Summary,
     build_items,
     choose_cut,
-    estimate_message_tokens,
     estimate_overhead_tokens,
-    estimate_text_tokens,
 )
 from app.runtime.memory_flush import flush_memory
-from app.runtime.messages import UserMessage
-from app.runtime.model_calls import collect
-from app.runtime.state import RunFailed, RunState
+from app.runtime.run_state import RunFailed, RunState
+from app.runtime.side_calls import collect
 from app.runtime.summaries import (
     REQUEST_OVERHEAD_TOKENS,
     SUMMARY_SYSTEM_PROMPT,
@@ -71,6 +75,7 @@ KEEP_FRACTION = 0.4
 COUNT_AT = 0.8
 """From this fraction of the budget on, the provider's token counter is asked (where it has one)."""
 MIN_RESULT_CHARS = 1000
+_LOGGED = {"from_seq", "to_seq", "messages", "tokens_before", "tokens_after", "summary_tokens"}
 
 
 class CompactionError(Exception):
@@ -204,8 +209,8 @@ async def _failed(state: RunState, exc: CompactionError | ModelError) -> None:
     state.compaction_failed = True
     code = exc.code if isinstance(exc, ModelError) else COMPACTION_FAILED
     log.warning("compaction failed", run_id=str(state.run_id), code=code, reason=exc.message)
-    error = {"code": code, "message": exc.message}
-    await state.leased.emit(ev.CONTEXT_COMPACTION_FAILED, {"error": error})
+    error = EventError(code=code, message=exc.message)
+    await state.leased.emit(ContextCompactionFailedEvent(error=error))
 
 
 async def compact(
@@ -232,10 +237,15 @@ async def compact(
     first = state.summary.first_seq if state.summary is not None else covered[0].seq
     last = covered[-1].seq
     messages = sum(not i.summary for i in covered)
-    span = {"fromSeq": first, "toSeq": last, "messages": messages}
     await state.leased.emit(
-        ev.CONTEXT_COMPACTING,
-        {**span, "tokensBefore": tokens_before, "budget": window.budget, "window": window.window},
+        ContextCompactingEvent(
+            from_seq=first,
+            to_seq=last,
+            messages=messages,
+            tokens_before=tokens_before,
+            budget=window.budget,
+            window=window.window,
+        )
     )
     await flush_memory(state, covered, last)
     text = await summarize(state, covered, limit)
@@ -254,11 +264,19 @@ async def compact(
         summary_tokens=summary_tokens,
         model=state.model.name,
     )
-    done = {"tokensBefore": tokens_before, "tokensAfter": after, "summaryTokens": summary_tokens}
-    compacted = {"snapshotId": str(compaction.id), **span, **done}
-    await state.leased.store_compaction(compaction, [(ev.CONTEXT_COMPACTED, compacted)])
+    compacted = ContextCompactedEvent(
+        snapshot_id=compaction.id,
+        from_seq=first,
+        to_seq=last,
+        messages=messages,
+        tokens_before=tokens_before,
+        tokens_after=after,
+        summary_tokens=summary_tokens,
+    )
+    await store_compaction(state.leased, compaction, compacted)
     state.summary = summary
-    log.info("context compacted", run_id=str(state.run_id), **span, **done)
+    logged = compacted.model_dump(by_alias=True, include=_LOGGED)
+    log.info("context compacted", run_id=str(state.run_id), **logged)
     return True
 
 

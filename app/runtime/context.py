@@ -9,24 +9,21 @@ when to compact). Two changes are made on the way, none of them stored:
 * a tool result longer than the limit is cut to its head and tail around a marker saying how
   much was left out (the stored row keeps the whole result).
 
-Token estimates are `ceil(characters / 4)` of a message's stored JSON (at least 1): the figure
-kept in `session_messages.token_count`. The compaction phase calibrates it against the tokens
-the provider reports (and uses the provider's own counter near the limit, where it has one).
+Token estimates are `app.core.tokens` (a quarter of a message's stored JSON): the figure kept in
+`session_messages.token_count`. The compaction phase calibrates it against the tokens the
+provider reports (and uses the provider's own counter near the limit, where it has one).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from app.llm.base import Message, ToolSpec
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, dump_message
-
-if TYPE_CHECKING:
-    from app.runtime.state import Entry
+from app.core.tokens import estimate_message_tokens, estimate_text_tokens
+from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from app.llm.base import ToolSpec
+from app.runtime.transcript import Entry
 
 MISSING_RESULT = "no result was recorded for this call (its run ended before the tool finished)"
 SUMMARY_HEADER = (
@@ -62,16 +59,6 @@ class ContextItem:
     message: Message
     tokens: int
     summary: bool = False
-
-
-def estimate_text_tokens(text: str) -> int:
-    """`ceil(len(text) / 4)`, at least 1 for non-empty text."""
-    return math.ceil(len(text) / 4)
-
-
-def estimate_message_tokens(message: Message) -> int:
-    """A message's estimated tokens: a quarter of its JSON's characters, at least 1."""
-    return max(1, estimate_text_tokens(json.dumps(dump_message(message))))
 
 
 def estimate_overhead_tokens(system_prompt: str, tools: Sequence[ToolSpec]) -> int:

@@ -11,11 +11,11 @@ on to the worker, which parks the run).
 
 from __future__ import annotations
 
+from app.core.state_machine import AWAITING_APPROVAL, OBSERVING, TOOL_CALLING
+from app.core.transcript import AssistantMessage, ToolCall
 from app.runtime.limits import turns_exceeded
-from app.runtime.messages import AssistantMessage, ToolCall
 from app.runtime.model_turn import ExtraEvents, run_model_turn
-from app.runtime.state import RunState
-from app.runtime.states import AWAITING_APPROVAL, OBSERVING, TOOL_CALLING
+from app.runtime.run_state import RunState
 from app.runtime.tool_execution import execute_tool_calls
 from app.tools.approvals import AwaitingApproval
 

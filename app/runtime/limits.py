@@ -23,7 +23,7 @@ from sqlalchemy import extract, func, select
 
 from app.db.models import Run
 from app.queue.lease import LeasedRun
-from app.runtime.state import RunFailed, RunState
+from app.runtime.run_state import RunFailed, RunState
 
 MAX_TURNS_EXCEEDED = "max_turns_exceeded"
 RUN_TIMEOUT = "run_timeout"

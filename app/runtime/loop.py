@@ -14,9 +14,9 @@ Phases, each in its own module and each storing what it did before the next star
    plan mode (`plan_mode.drive_plan`): a plan, then each step through the same turn loop;
 4. finish `completed` or `failed`.
 
-The state machine (`states`) records every move as `state.changed`; limits (`limits`) end the run
-with `max_turns_exceeded`, `run_timeout` or `token_budget_exceeded`, the timeout interrupting
-whatever is in flight. Every model call's context is made to fit the model's window first
+The state machine (`app.core.state_machine`, recorded by `run_state`) records every move as
+`state.changed`; limits (`limits`) end the run with `max_turns_exceeded`, `run_timeout` or
+`token_budget_exceeded`, the timeout interrupting whatever is in flight. Every model call's context is made to fit the model's window first
 (`compaction`), or the run ends with `context_overflow`.
 
 Cancellation is the worker's business: it cancels the task running `execute_run` and finishes
@@ -30,19 +30,21 @@ import structlog
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.core.state_machine import COMPLETED, FAILED
+from app.core.transcript import UserMessage
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
 from app.llm.windows import known_context_window
 from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentSettings
+from app.runtime.compaction_store import session_context
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
-from app.runtime.messages import UserMessage
 from app.runtime.plan_mode import drive_plan, in_plan_mode
-from app.runtime.state import AgentConfig, ContextWindow, Entry, RunFailed, RunState
-from app.runtime.states import COMPLETED, FAILED
+from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
+from app.runtime.transcript import append_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
 
 log = structlog.get_logger(__name__)
@@ -103,18 +105,18 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
             token_budget=extra.token_budget,
             context_window=extra.context_window,
         )
-    context = await leased.session_context()
+    context = await session_context(leased)
     summary = None
     if context.summary is not None:
         summary = Summary(context.summary, context.first_seq, context.last_seq)
-    rows = await leased.load_transcript(after_seq=context.last_seq)
+    transcript = await load_transcript(leased, after_seq=context.last_seq)
     elapsed, tokens = await run_clock(leased)
     return RunState(
         leased=leased,
         settings=settings,
         agent=config,
         tools=tools,
-        transcript=[Entry.stored(row) for row in rows],
+        transcript=transcript,
         tokens_used=tokens,
         deadline=deadline_after(elapsed, config.timeout_seconds),
         summary=summary,
@@ -144,7 +146,7 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
     state.window = context_window_of(state.agent, state.model.name, state.settings)
     if not state.own():
         question = UserMessage(text=str(state.leased.run.input.get("message", "")))
-        await state.leased.append([question])
+        await append_messages(state.leased, [question])
         state.record(question)
     if plan_mode:
         return await drive_plan(state)

@@ -21,12 +21,13 @@ from collections.abc import Sequence
 
 import structlog
 
+from app.core.events import EventError, MemoryFlushedEvent
+from app.core.transcript import ToolCall, ToolResult, UserMessage
 from app.llm.base import ModelError, ModelRequest
-from app.runtime import events as ev
+from app.runtime.compaction_store import mark_flushed
 from app.runtime.context import ContextItem, trim_text
-from app.runtime.messages import ToolCall, ToolResult, UserMessage
-from app.runtime.model_calls import collect
-from app.runtime.state import RunState
+from app.runtime.run_state import RunState
+from app.runtime.side_calls import collect
 from app.runtime.summaries import (
     FLUSH_SYSTEM_PROMPT,
     REQUEST_OVERHEAD_TOKENS,
@@ -34,6 +35,7 @@ from app.runtime.summaries import (
     render_items,
 )
 from app.runtime.tool_execution import call_guard, tool_context
+from app.runtime.tool_records import tool_finished, tool_started
 from app.tools.approval_rules import gated_argument
 
 log = structlog.get_logger(__name__)
@@ -66,13 +68,13 @@ async def flush_memory(state: RunState, covered: Sequence[ContextItem], through_
         tools=[tool.spec()],
         purpose="flush",
     )
-    outcome: dict[str, object] = {"throughSeq": through_seq}
+    error = None
     stored = failed = 0
     try:
         answer = await collect(state, request)
     except ModelError as exc:
         log.warning("memory flush failed", run_id=str(state.run_id), reason=exc.message)
-        outcome["error"] = {"code": exc.code, "message": exc.message}
+        error = EventError(code=exc.code, message=exc.message)
     else:
         ctx = tool_context(state)
         for i, proposed in enumerate(answer.calls[:MAX_FLUSH_CALLS]):
@@ -84,13 +86,13 @@ async def flush_memory(state: RunState, covered: Sequence[ContextItem], through_
                 refusal = problem
             elif guard.approval_reason(call) is not None:
                 refusal = "this call needs an approval, which a memory flush cannot wait for"
-            await state.leased.tool_started(call, purpose=PURPOSE)
+            await tool_started(state.leased, call, purpose=PURPOSE)
             if refusal is not None:
                 result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=refusal)
             else:
                 result = await state.tools.execute(ctx, call)
-            await state.leased.tool_finished(result, in_transcript=False, purpose=PURPOSE)
+            await tool_finished(state.leased, result, in_transcript=False, purpose=PURPOSE)
             stored, failed = (stored + 1, failed) if result.ok else (stored, failed + 1)
-    outcome.update(stored=stored, failed=failed)
-    await state.leased.mark_flushed(through_seq, [(ev.MEMORY_FLUSHED, outcome)])
+    outcome = MemoryFlushedEvent(through_seq=through_seq, error=error, stored=stored, failed=failed)
+    await mark_flushed(state.leased, through_seq, outcome)
     state.flushed_through = through_seq

@@ -23,6 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from app.core.events import (
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    AssistantResetEvent,
+    ModelRetryEvent,
+    RunEvent,
+    ThinkingDeltaEvent,
+)
+from app.core.state_machine import RESPONDING, THINKING
+from app.core.transcript import AssistantMessage, ToolCall
 from app.llm.base import (
     ModelError,
     ModelRequest,
@@ -32,17 +42,15 @@ from app.llm.base import (
     ThinkingDelta,
     ToolCallEvent,
     Usage,
+    closing_stream,
 )
 from app.llm.failures import CONTEXT_TOO_LONG
-from app.queue.events import EventSpec
-from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
-from app.runtime.messages import AssistantMessage, ToolCall
-from app.runtime.model_calls import closing_stream, record_usage
-from app.runtime.state import RunState
-from app.runtime.states import RESPONDING, THINKING
+from app.runtime.run_state import RunState
+from app.runtime.transcript import append_messages
+from app.runtime.usage import record_usage
 
-ExtraEvents = Callable[[AssistantMessage], Sequence[EventSpec]]
+ExtraEvents = Callable[[AssistantMessage], Sequence[RunEvent]]
 """Events to store together with a turn's message, derived from it."""
 
 
@@ -79,13 +87,12 @@ async def run_model_turn(
         text="".join(turn.text),
         tool_calls=unique_tool_call_ids(turn.calls, state.tool_call_ids()),
     )
-    tool_calls = [c.model_dump(mode="json", by_alias=True) for c in message.tool_calls]
-    events: list[EventSpec] = [
-        (ev.ASSISTANT_MESSAGE, {"text": message.text, "toolCalls": tool_calls})
+    events: list[RunEvent] = [
+        AssistantMessageEvent(text=message.text, tool_calls=list(message.tool_calls))
     ]
     if extra_events is not None:
         events.extend(extra_events(message))
-    await state.leased.append([message], events=events)
+    await append_messages(state.leased, [message], events=events)
     state.record(message)
     await record_usage(state, turn.usage, context_estimate=context.estimate)
     return message
@@ -104,19 +111,24 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
                     await state.transition(RESPONDING)
                 turn.text.append(event.text)
                 if stream_text:
-                    await state.leased.emit(ev.ASSISTANT_DELTA, {"text": event.text})
+                    await state.leased.emit(AssistantDeltaEvent(text=event.text))
             elif isinstance(event, ToolCallEvent):
                 turn.calls.append(event.call)
             elif isinstance(event, Usage):
                 turn.usage = event
             elif isinstance(event, ThinkingDelta) and event.text:
-                await state.leased.emit(ev.THINKING_DELTA, {"text": event.text})
+                await state.leased.emit(ThinkingDeltaEvent(text=event.text))
             elif isinstance(event, RetryNotice):
-                retry = {"attempt": event.attempt, "delaySeconds": event.delay_seconds}
-                await state.leased.emit(ev.MODEL_RETRY, {**retry, "reason": event.reason})
+                await state.leased.emit(
+                    ModelRetryEvent(
+                        attempt=event.attempt,
+                        delay_seconds=event.delay_seconds,
+                        reason=event.reason,
+                    )
+                )
             elif isinstance(event, StreamReset):
                 turn = Turn()
-                await state.leased.emit(ev.ASSISTANT_RESET, {})
+                await state.leased.emit(AssistantResetEvent())
                 if stream_text:
                     await state.transition(THINKING)
     return turn

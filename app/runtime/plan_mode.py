@@ -25,22 +25,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.core.events import (
+    PlanCreatedEvent,
+    PlanInvalidEvent,
+    PlanStepEvent,
+    PlanUpdatedEvent,
+    RunEvent,
+)
+from app.core.state_machine import PLANNING
+from app.core.transcript import AssistantMessage, Plan, PlanStep, UserMessage
 from app.llm.base import Message, ModelRequest
-from app.queue.events import EventSpec
-from app.runtime import events as ev
 from app.runtime.compaction import prepare_context
 from app.runtime.conversation import converse
-from app.runtime.messages import AssistantMessage, Plan, PlanStep, UserMessage
-from app.runtime.model_calls import record_usage
 from app.runtime.model_turn import stream_turn
-from app.runtime.planning import (
+from app.runtime.plan_protocol import (
     MAX_REVISIONS,
     PlanInvalidError,
     PlanProgress,
     StepSpec,
     new_plan,
     parse_plan,
-    plan_json,
+    plan_outline,
     plan_request,
     plan_schema,
     reask,
@@ -50,8 +55,9 @@ from app.runtime.planning import (
     step_failure,
     step_instruction,
 )
-from app.runtime.state import RunFailed, RunState
-from app.runtime.states import PLANNING
+from app.runtime.run_state import RunFailed, RunState
+from app.runtime.transcript import append_messages
+from app.runtime.usage import record_usage
 
 PLAN_INVALID = "plan_invalid"
 PLAN_STEP_FAILED = "plan_step_failed"
@@ -77,7 +83,7 @@ async def drive_plan(state: RunState) -> str:
             specs = state.tools.specs()
             instruction = plan_request(specs, plan_schema([t.name for t in specs]))
             plan = new_plan(await ask_for_plan(state, instruction))
-            await store_plan(state, plan, [(ev.PLAN_CREATED, {"plan": plan_json(plan)})])
+            await store_plan(state, plan, [PlanCreatedEvent(plan=plan_outline(plan))])
         elif progress.running is not None:
             await run_step(state, progress.running, progress.running_since)
         elif progress.failed is not None:
@@ -112,7 +118,7 @@ async def ask_for_plan(state: RunState, instruction: str) -> list[StepSpec]:
                 raise PlanInvalidError("the answer called tools; a plan is JSON text only")
             return parse_plan(text, names)
         except PlanInvalidError as exc:
-            await state.leased.emit(ev.PLAN_INVALID, {"attempt": attempt, "error": exc.message})
+            await state.leased.emit(PlanInvalidEvent(attempt=attempt, error=exc.message))
             if attempt == ASKS:
                 raise RunFailed(
                     PLAN_INVALID,
@@ -122,31 +128,31 @@ async def ask_for_plan(state: RunState, instruction: str) -> list[StepSpec]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def store_plan(state: RunState, plan: Plan, events: Sequence[EventSpec]) -> None:
+async def store_plan(state: RunState, plan: Plan, events: Sequence[RunEvent]) -> None:
     """Store a (first or revised) plan message with its events."""
     message = AssistantMessage(text=render_plan(plan), plan=plan)
-    await state.leased.append([message], events=events)
+    await append_messages(state.leased, [message], events=events)
     state.record(message)
 
 
 async def start_step(state: RunState, step: PlanStep) -> None:
     """Store the step's instruction with `plan.step running`."""
     message = UserMessage(text=step_instruction(step), step=step.index)
-    running = {"index": step.index, "status": "running", "description": step.description}
-    await state.leased.append([message], events=[(ev.PLAN_STEP, running)])
+    running = PlanStepEvent(index=step.index, status="running", description=step.description)
+    await append_messages(state.leased, [message], events=[running])
     state.record(message)
 
 
 async def run_step(state: RunState, index: int, since: int) -> None:
     """Turns until the step's answer, which is stored with the step's outcome event."""
 
-    def outcome(message: AssistantMessage) -> list[EventSpec]:
+    def outcome(message: AssistantMessage) -> list[RunEvent]:
         if message.tool_calls:
             return []
         reason = step_failure([*state.own()[since + 1 :], message])
         if reason is None:
-            return [(ev.PLAN_STEP, {"index": index, "status": "done"})]
-        return [(ev.PLAN_STEP, {"index": index, "status": "failed", "reason": reason})]
+            return [PlanStepEvent(index=index, status="done")]
+        return [PlanStepEvent(index=index, status="failed", reason=reason)]
 
     await converse(state, since=since, step=index, extra_events=outcome)
 
@@ -173,9 +179,9 @@ async def revise(state: RunState, progress: PlanProgress) -> None:
     steps = await ask_for_plan(state, revision_request(current, failed, reason))
     plan = revised_plan(current, failed, f"step {failed} failed: {reason}", steps)
     skipped = [
-        (ev.PLAN_STEP, {"index": s.index, "status": "skipped"})
+        PlanStepEvent(index=s.index, status="skipped")
         for s, before in zip(plan.steps, current.steps, strict=False)
         if s.status == "skipped" and before.status != "skipped"
     ]
-    updated = {"plan": plan_json(plan), "revision": plan.revision, "reason": plan.reason}
-    await store_plan(state, plan, [(ev.PLAN_UPDATED, updated), *skipped])
+    updated = PlanUpdatedEvent(plan=plan_outline(plan), revision=plan.revision, reason=plan.reason)
+    await store_plan(state, plan, [updated, *skipped])

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from app.core.tokens import estimate_text_tokens
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.llm.base import Message
-from app.runtime.context import ContextItem, estimate_text_tokens, trim_text
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
+from app.runtime.context import ContextItem, trim_text
 
 ARGS_MAX_CHARS = 300
 RESULT_MAX_CHARS = 1500

@@ -18,16 +18,23 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, NotFoundError
+from app.core.state_machine import TERMINAL_STATUSES
 from app.db.engine import Database
 from app.db.models import Run, ToolApproval, ToolTrust
-from app.queue.manager import ConflictError, NotFoundError, emit_unleased
+from app.queue.manager import emit_unleased
 from app.queue.sql import query
-from app.runtime.events import TERMINAL_STATUSES
 from app.tools.approvals import EXPIRED_REASON, resolved_event
 
 SWEEP_USER = "agent-runtime:approval-expiry"
 """The `sub` of the tenant transactions the expiry sweep opens (shows in no audit field)."""
 SWEEP_BATCH = 100
+_DECISIONS: dict[str, Literal["approve", "deny", "expired"]] = {
+    "approved": "approve",
+    "denied": "deny",
+    "expired": "expired",
+}
+"""An approval's status → the `decision` of its `approval.resolved` event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +135,8 @@ async def _resolve(
     run_status = await s.scalar(select(Run.status).where(Run.id == approval.run_id))
     if run_status in TERMINAL_STATUSES:
         return  # its stream has ended; the row records the outcome
-    decision = {"approved": "approve", "denied": "deny"}.get(status, status)
     event = resolved_event(
-        approval.id, decision, decided_by, reason=reason, trustSeconds=trust_seconds or None
+        approval.id, _DECISIONS[status], decided_by, reason, trust_seconds=trust_seconds or None
     )
     await emit_unleased(s, approval.run_id, approval.tenant_id, [event])
 

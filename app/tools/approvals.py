@@ -2,7 +2,7 @@
 
 When the policy says a call needs approval (`approval_rules.py`) and neither a decision nor a
 `trustSeconds` grant covers it, the tool-execution phase raises `AwaitingApproval`. `execute_run`
-does not catch it; the worker parks the run (`LeasedRun.park_for_approval`: the pending
+does not catch it; the worker parks the run (`app.runtime.approval_gate.park_for_approval`: the pending
 `tool_approvals` row, status `awaiting_approval`, lease cleared and `approval.required`, in one
 fenced transaction) and frees its slot; the run keeps its session's lane. A decision
 (`approval_store.py`) queues the run again at the head of its lane; whichever worker claims it
@@ -25,17 +25,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.events import ApprovalRequiredEvent, ApprovalResolvedEvent
 from app.db.models import ToolApproval, ToolTrust
-from app.queue.events import EventSpec
 from app.queue.manager import ClaimedRun
-from app.runtime import events as ev
 from app.tools.approval_rules import gated_argument
 
 EXPIRED_REASON = "expired: no decision before the deadline"
@@ -53,17 +52,17 @@ class ApprovalRequest:
     reason: str
     expires_at: datetime
 
-    def event_data(self) -> dict[str, Any]:
+    def event(self) -> ApprovalRequiredEvent:
         """The `approval.required` event."""
-        return {
-            "approvalId": str(self.approval_id),
-            "toolCallId": self.tool_call_id,
-            "tool": self.tool,
-            "args": self.args,
-            "risk": self.risk,
-            "reason": self.reason,
-            "expiresAt": self.expires_at.isoformat(),
-        }
+        return ApprovalRequiredEvent(
+            approval_id=self.approval_id,
+            tool_call_id=self.tool_call_id,
+            tool=self.tool,
+            args=self.args,
+            risk=self.risk,
+            reason=self.reason,
+            expires_at=self.expires_at,
+        )
 
     @classmethod
     def of(cls, row: ToolApproval) -> ApprovalRequest:
@@ -88,11 +87,21 @@ class AwaitingApproval(Exception):  # noqa: N818  (a control-flow signal, not an
 
 
 def resolved_event(
-    approval_id: UUID, decision: str, decided_by: str | None, **extra: Any
-) -> EventSpec:
-    """The `approval.resolved` event (`decision`: approve, deny or expired)."""
-    data = {"approvalId": str(approval_id), "decision": decision, "decidedBy": decided_by}
-    return (ev.APPROVAL_RESOLVED, {**data, **{k: v for k, v in extra.items() if v is not None}})
+    approval_id: UUID,
+    decision: Literal["approve", "deny", "expired"],
+    decided_by: str | None,
+    reason: str | None = None,
+    *,
+    trust_seconds: int | None = None,
+) -> ApprovalResolvedEvent:
+    """The `approval.resolved` event (`reason` and `trust_seconds` are left out when unset)."""
+    return ApprovalResolvedEvent(
+        approval_id=approval_id,
+        decision=decision,
+        decided_by=decided_by,
+        reason=reason,
+        trust_seconds=trust_seconds,
+    )
 
 
 def refusal_of(row: ToolApproval) -> str | None:

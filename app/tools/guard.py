@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.runtime.messages import ToolCall
+from app.core.transcript import ToolCall
 from app.tools.base import Tool
 from app.tools.policy import EffectivePolicy
 from app.tools.registry import PolicyToolRegistry, ToolRegistry

@@ -21,11 +21,11 @@ import structlog
 from jsonschema import Draft202012Validator
 
 from app.config import Settings, get_settings
+from app.core.errors import LeaseLostError
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.llm.base import ToolSpec
-from app.queue.lease import LeaseLostError
 from app.queue.manager import ClaimedRun
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import Tool, ToolContext, ToolError
 from app.tools.catalog import tool_catalog
 from app.tools.policy import EffectivePolicy

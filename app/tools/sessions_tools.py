@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage, load_message
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage, load_message
 from app.sessions.store import get_session_by_key, list_messages, list_sessions
 from app.tools.base import Tool, ToolContext, ToolError
 

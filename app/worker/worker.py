@@ -25,7 +25,7 @@ import secrets
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -33,19 +33,20 @@ import structlog
 from sqlalchemy import exc as sa_exc
 
 from app.config import Settings
+from app.core.errors import LeaseLostError
+from app.core.events import RunResumedEvent, RunStartedEvent
 from app.db.engine import Database
 from app.db.listen import Listener
+from app.llm.registry import ModelRegistry
 from app.memory.embedders import EmbedderConfigError, embedder_from_settings
 from app.memory.reembed import run_reembed
-from app.queue.lease import LeasedRun, LeaseLostError
+from app.queue.lease import LeasedRun
 from app.queue.manager import ClaimedRun, RunQueue
-from app.runtime import events as ev
+from app.runtime.approval_gate import park_for_approval
+from app.runtime.loop import execute_run
 from app.tools.approvals import AwaitingApproval
+from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
 from app.worker.heartbeat import Heartbeat
-
-if TYPE_CHECKING:
-    from app.llm.registry import ModelRegistry
-    from app.tools.registry import ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -298,10 +299,8 @@ class Worker:
             if run.cancel_requested:
                 await leased.finish("cancelled", error=_CANCELLED)
                 return
-            await leased.emit(
-                ev.RUN_STARTED if run.attempt == 1 else ev.RUN_RESUMED,
-                {"attempt": run.attempt, "workerId": self.worker_id},
-            )
+            started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
+            await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
             inner = asyncio.create_task(self._execute(leased), name=f"loop-{run.id}")
             stopper = asyncio.create_task(active.stopped.wait())
             done, _ = await asyncio.wait({inner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -358,7 +357,7 @@ class Worker:
         """A tool call awaits approval: park the run (slot freed, lane kept), or finish it
         cancelled if a cancel was requested first."""
         request = waiting.request
-        if await leased.park_for_approval(request):
+        if await park_for_approval(leased, request):
             log.info(
                 "run parked awaiting approval",
                 run_id=str(leased.run.id),
@@ -408,10 +407,6 @@ def agent_executor(
 ) -> Executor:
     """The agent loop, with one model registry (and its SDK clients) and one tool catalog shared
     by all runs; each run gets the catalog filtered by its own policy (`tools_for_run`)."""
-    from app.llm.registry import ModelRegistry
-    from app.runtime.loop import execute_run
-    from app.tools.registry import default_tool_registry, tools_for_run
-
     shared_models = models if models is not None else ModelRegistry.from_settings(settings)
     tools = catalog if catalog is not None else default_tool_registry(settings)
 

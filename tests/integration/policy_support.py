@@ -13,15 +13,15 @@ from uuid import UUID
 
 from sqlalchemy import select
 
+from app.agents.store import default_agent
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import ToolCall
 from app.db.engine import Database
 from app.db.models import Run, RunEvent, ToolExecution
 from app.llm.base import Model, ModelEvent, ModelRequest, TextDelta, ToolCallEvent, Usage
 from app.llm.offline import OfflineModel
 from app.llm.registry import ModelRegistry
-from app.runtime.agents import default_agent
-from app.runtime.messages import ToolCall
 from app.tools.approval_rules import ApprovalRules
 from app.tools.base import Tool, ToolContext
 from app.tools.policy import PolicyLayer

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.config import Settings
-from app.runtime.messages import ToolCall
+from app.core.transcript import ToolCall
 from tests.fakes import gemini_wire as g
 from tests.fakes import openai_wire as o
 from tests.fakes.server import FakeServer, Recorded, Reply, StreamReply

@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import text
 
+from app.core import events as ev
+from app.core.transcript import UserMessage
 from app.llm.base import Model, ModelEvent, ModelRequest
 from app.llm.offline import OfflineModel
 from app.llm.registry import ModelRegistry
 from app.queue.lease import LeasedRun
-from app.runtime import events as ev
-from app.runtime.messages import UserMessage
 from tests.integration.api_support import Api, auth
 
 
@@ -64,8 +64,8 @@ async def claim(api: Api, run_id: str, worker: str = "w1") -> LeasedRun:
     claimed = await api.runtime.queue.claim_next(worker, 30)
     assert claimed is not None and str(claimed.id) == run_id
     leased = LeasedRun(api.runtime.db, claimed, worker)
-    started = ev.RUN_STARTED if claimed.attempt == 1 else ev.RUN_RESUMED
-    await leased.emit(started, {"attempt": claimed.attempt, "workerId": worker})
+    started = ev.RunStartedEvent if claimed.attempt == 1 else ev.RunResumedEvent
+    await leased.emit(started(attempt=claimed.attempt, worker_id=worker))
     return leased
 
 

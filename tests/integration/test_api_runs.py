@@ -9,8 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.auth.principal import Principal
+from app.core.events import RunStartedEvent
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
+from app.runtime.run_state import set_loop_state
+from app.runtime.usage import add_usage
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 
 pytestmark = pytest.mark.timeout(30)
@@ -68,13 +71,13 @@ async def test_post_with_session_key_reuses_the_session(api: Api) -> None:
 async def test_completed_run_status_has_result_usage_and_attempts(api: Api) -> None:
     run = await api.post_run("compute")
     leased = await claim(api, run["runId"])
-    await leased.set_state("model")
+    await set_loop_state(leased, "model")
     r = await api.client.get(
         "/api/agent-runtime/status", params={"runId": run["runId"]}, headers=auth()
     )
     assert r.json()["status"] == "running" and r.json()["state"] == "model"
     assert r.json()["startedAt"] is not None
-    await leased.add_usage(12, 34)
+    await add_usage(leased, 12, 34)
     await leased.finish("completed", result={"text": "42"})
 
     status = (
@@ -156,7 +159,7 @@ async def test_cancel_queued_running_and_finished_runs(api: Api) -> None:
 async def test_run_events_lists_stored_events(api: Api) -> None:
     run = await api.post_run("events")
     leased = await claim(api, run["runId"])
-    await leased.emit("run.started", {"attempt": 1, "workerId": "h:1:x"})
+    await leased.emit(RunStartedEvent(attempt=1, worker_id="h:1:x"))
     r = await api.client.get(f"/api/agent-runtime/runs/{run['runId']}/events", headers=auth())
     assert r.status_code == 200
     events = r.json()["events"]

@@ -8,9 +8,10 @@ from datetime import datetime
 
 import pytest
 
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from app.runtime.transcript import append_messages
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 
 pytestmark = pytest.mark.timeout(30)
@@ -31,13 +32,14 @@ async def converse(api: Api, session_key: str, text: str, user: str = "alice") -
     assert claimed is not None and str(claimed.id) == run["runId"]
     leased = LeasedRun(api.runtime.db, claimed, "w")
     call = ToolCall(id="c1", name="read_file", args={"path": "a.txt"})
-    await leased.append(
+    await append_messages(
+        leased,
         [
             UserMessage(text=text),
             AssistantMessage(text="let me look", tool_calls=[call]),
             ToolResult(tool_call_id="c1", name="read_file", ok=True, result={"content": "x"}),
             AssistantMessage(text=f"answer to {text}"),
-        ]
+        ],
     )
     await leased.finish("completed", result={"text": f"answer to {text}"})
     return str(run["runId"])

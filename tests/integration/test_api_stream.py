@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
+from app.core.events import AssistantDeltaEvent, RunStartedEvent
 from app.db import listen
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
@@ -39,9 +40,9 @@ async def start_run(api: Api, message: str = "hi", **body: Any) -> tuple[str, Le
 async def finished_run(api: Api, deltas: int = 3) -> str:
     """A completed run with events 1 (queued), 2 (started), deltas…, completed."""
     run_id, leased = await start_run(api)
-    await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+    await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
     for i in range(deltas):
-        await leased.emit("assistant.delta", {"text": f"d{i}"})
+        await leased.emit(AssistantDeltaEvent(text=f"d{i}"))
     await leased.finish("completed", result={"text": "done"})
     return run_id
 
@@ -132,11 +133,11 @@ async def test_live_events_are_delivered_promptly_and_stream_ends(api: Api) -> N
     async with api.stream({"runId": run_id}, auth()) as conn:
         first = await conn.next_event()
         assert first is not None and first.id == "1"
-        await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
         second = await conn.next_event(wait=3)
         assert second is not None and (second.id, second.event) == ("2", "run.started")
-        await leased.emit("assistant.delta", {"text": "a"})
-        await leased.emit("assistant.delta", {"text": "b"})
+        await leased.emit(AssistantDeltaEvent(text="a"))
+        await leased.emit(AssistantDeltaEvent(text="b"))
         await leased.finish("completed", result={"text": "ab"})
         rest = await conn.read_to_end(wait=3)
         assert seqs(rest) == [3, 4, 5] and rest[-1].event == "run.completed"
@@ -179,7 +180,7 @@ async def test_no_gap_or_duplicate_while_events_race_with_connects(api: Api) -> 
 
     async def writer() -> None:
         for i in range(total):
-            await leased.emit("assistant.delta", {"text": str(i)})
+            await leased.emit(AssistantDeltaEvent(text=str(i)))
             if i % 5 == 0:
                 await asyncio.sleep(0.01)
         await leased.finish("completed", result={"text": "x"})
@@ -244,7 +245,7 @@ async def test_listener_reconnect_wakes_streams(
                     "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
                 )
             )
-        await leased.emit("run.started", {"attempt": 1, "workerId": "w"})  # nobody listens
+        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))  # nobody listens
         frame = await conn.next_event(wait=5)
         assert frame is not None and frame.id == "2"
         await leased.finish("completed", result={"text": "x"})
@@ -259,7 +260,7 @@ async def test_stream_polls_when_the_listener_is_down(database: Database, db_url
         run_id, leased = await start_run(api)
         async with api.stream({"runId": run_id}, auth()) as conn:
             assert (await conn.next_event()) is not None
-            await leased.emit("run.started", {"attempt": 1, "workerId": "w"})
+            await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
             await leased.finish("failed", error={"code": "x", "message": "y"})
             rest = await conn.read_to_end(wait=2)
             assert [f.event for f in rest] == ["run.started", "run.failed"]

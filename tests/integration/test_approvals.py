@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select, update
 
 from app.auth.principal import Principal
+from app.core import events as ev
 from app.db.engine import Database
 from app.db.models import Run, ToolApproval
-from app.runtime import events as ev
 from app.tools.workspace import Workspace
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 from tests.integration.policy_support import (

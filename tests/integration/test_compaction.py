@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from app.agents.store import default_agent
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.db.engine import Database
 from app.db.models import (
     Agent,
@@ -36,12 +39,9 @@ from app.llm.registry import ModelRegistry
 from app.memory.tools import memory_tools
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
-from app.runtime.agents import default_agent
 from app.runtime.compaction import CONTEXT_OVERFLOW
 from app.runtime.context import SUMMARY_HEADER
 from app.runtime.loop import execute_run
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace_tools import workspace_tools
@@ -143,7 +143,7 @@ async def claim(queue: RunQueue, who: Principal, message: str, session: str) -> 
     claimed = await queue.claim_next("w1", 30)
     assert claimed is not None
     leased = LeasedRun(queue.db, claimed, "w1")
-    await leased.emit(ev.RUN_STARTED, {"attempt": 1, "workerId": "w1"})
+    await leased.emit(ev.RunStartedEvent(attempt=1, worker_id="w1"))
     return leased
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from app.auth.principal import Principal
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace import Workspace

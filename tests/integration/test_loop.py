@@ -19,19 +19,21 @@ from sqlalchemy import select, text, update
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, load_message
 from app.db.engine import Database
 from app.db.models import Agent, Run, RunEvent, SessionMessage, ToolExecution
 from app.llm.base import Message, Model, ModelEvent, ModelRequest
 from app.llm.registry import ModelRegistry
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.context import MISSING_RESULT, build_context
 from app.runtime.loop import execute_run
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, load_message
 from app.runtime.model_turn import unique_tool_call_ids
-from app.runtime.state import Entry
+from app.runtime.run_state import Entry
 from app.runtime.tool_execution import INTERRUPTED
+from app.runtime.tool_records import tool_finished, tool_started
+from app.runtime.transcript import append_messages
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace_tools import workspace_tools
@@ -91,7 +93,7 @@ async def start(
     claimed = await queue.claim_next(worker, 30)
     assert claimed is not None
     leased = LeasedRun(queue.db, claimed, worker)
-    await leased.emit(ev.RUN_STARTED, {"attempt": claimed.attempt, "workerId": worker})
+    await leased.emit(ev.RunStartedEvent(attempt=claimed.attempt, worker_id=worker))
     return leased
 
 
@@ -109,7 +111,7 @@ async def crash_and_resume(queue: RunQueue, dead: LeasedRun, worker: str = "w2")
     assert claimed is not None and claimed.id == dead.run.id
     assert claimed.attempt == dead.run.attempt + 1
     leased = LeasedRun(queue.db, claimed, worker)
-    await leased.emit(ev.RUN_RESUMED, {"attempt": claimed.attempt, "workerId": worker})
+    await leased.emit(ev.RunResumedEvent(attempt=claimed.attempt, worker_id=worker))
     return leased
 
 
@@ -328,17 +330,18 @@ async def crashed_mid_tools(queue: RunQueue, who: Principal, *, b_started: bool)
     """Attempt 1 stored the tool-call message and call_a's result, then its worker died."""
     message = "\n".join(tool_line("count", label=c.args["label"]) for c in TWO_COUNTS)
     dead = await start(queue, who, message, worker="dead")
-    await dead.append([UserMessage(text=message)])
-    await dead.append(
+    await append_messages(dead, [UserMessage(text=message)])
+    await append_messages(
+        dead,
         [AssistantMessage(tool_calls=TWO_COUNTS)],
-        events=[(ev.ASSISTANT_MESSAGE, {"text": "", "toolCalls": []})],
+        events=[ev.AssistantMessageEvent(text="", tool_calls=[])],
     )
-    await dead.tool_started(TWO_COUNTS[0])
-    await dead.tool_finished(
-        ToolResult(tool_call_id="call_a", name="count", ok=True, result={"count": 1})
+    await tool_started(dead, TWO_COUNTS[0])
+    await tool_finished(
+        dead, ToolResult(tool_call_id="call_a", name="count", ok=True, result={"count": 1})
     )
     if b_started:
-        await dead.tool_started(TWO_COUNTS[1])
+        await tool_started(dead, TWO_COUNTS[1])
     return await crash_and_resume(queue, dead)
 
 
@@ -415,7 +418,7 @@ async def test_interrupted_call_reruns_only_if_idempotent(
 
 async def test_resume_after_stored_answer_only_finishes(queue: RunQueue, alice: Principal) -> None:
     dead = await start(queue, alice, "question", worker="dead")
-    await dead.append([UserMessage(text="question"), AssistantMessage(text="the answer")])
+    await append_messages(dead, [UserMessage(text="question"), AssistantMessage(text="the answer")])
     alive = await crash_and_resume(queue, dead)
     models = ModelRegistry()
     models.register("offline", lambda _name: Exploding())
@@ -427,7 +430,7 @@ async def test_resume_after_stored_answer_only_finishes(queue: RunQueue, alice: 
 
 async def test_resume_before_the_model_answered(queue: RunQueue, alice: Principal) -> None:
     dead = await start(queue, alice, "again?", worker="dead")
-    await dead.append([UserMessage(text="again?")])
+    await append_messages(dead, [UserMessage(text="again?")])
     alive = await crash_and_resume(queue, dead)
     await execute_run(alive, settings=SETTINGS)
     stored = await transcript(alive)

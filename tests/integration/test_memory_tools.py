@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from app.auth.principal import Principal
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.memory.embedders import OfflineEmbedder
 from app.memory.store import MemoryStore
 from app.memory.tools import memory_tools
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from tests.integration.tool_support import context_for

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from app.core import events as ev
+from app.core.transcript import UserMessage
 from app.db.engine import Database
 from app.llm.base import Model
-from app.runtime import events as ev
 from app.runtime.loop import execute_run
-from app.runtime.messages import UserMessage
-from app.runtime.planning import MAX_REVISIONS
+from app.runtime.plan_protocol import MAX_REVISIONS
 from tests.integration.api_support import Api, auth, make_settings, running_api
 from tests.integration.run_support import (
     Recording,

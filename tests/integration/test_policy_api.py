@@ -10,9 +10,9 @@ from uuid import UUID
 import pytest
 
 from app.auth.principal import Principal
+from app.core import events as ev
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
-from app.runtime import events as ev
 from app.runtime.loop import execute_run
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 from tests.integration.policy_support import (

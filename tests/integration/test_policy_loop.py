@@ -13,10 +13,10 @@ import pytest
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core import events as ev
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.loop import execute_run
 from app.tools.registry import ToolRegistry, tools_for_run
 from app.tools.workspace import Workspace
@@ -48,7 +48,7 @@ async def start(queue: RunQueue, who: Principal, message: str, session_key: str 
     claimed = await queue.claim_next("w1", 30)
     assert claimed is not None
     leased = LeasedRun(queue.db, claimed, "w1")
-    await leased.emit(ev.RUN_STARTED, {"attempt": claimed.attempt, "workerId": "w1"})
+    await leased.emit(ev.RunStartedEvent(attempt=claimed.attempt, worker_id="w1"))
     return leased
 
 

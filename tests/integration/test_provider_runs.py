@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from app.auth.principal import Principal
+from app.core import events as ev
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.manager import RunQueue
-from app.runtime import events as ev
 from app.runtime.agent_settings import AgentSettings
 from app.runtime.loop import execute_run
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
-from app.runtime.planning import plan_schema
+from app.runtime.plan_protocol import plan_schema
 from tests.fakes.server import FakeServer
 from tests.integration.provider_support import WIRES, Usage, Wire
 from tests.integration.test_loop import events, executions, run_row, start, transcript

@@ -9,10 +9,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.auth.principal import Principal
+from app.core.errors import ConflictError, LeaseLostError, NotFoundError
+from app.core.transcript import UserMessage
 from app.db.engine import Database
-from app.queue.lease import LeasedRun, LeaseLostError
-from app.queue.manager import ConflictError, NotFoundError, RunQueue
-from app.runtime.messages import UserMessage
+from app.queue.lease import LeasedRun
+from app.queue.manager import RunQueue
+from app.runtime.transcript import append_messages
 
 
 @pytest.fixture
@@ -70,9 +72,9 @@ async def test_expired_lease_is_recovered_and_old_owner_fenced(
 
     zombie = LeasedRun(database, claimed, "dead")
     with pytest.raises(LeaseLostError):
-        await zombie.append([UserMessage(text="late write")])
+        await append_messages(zombie, [UserMessage(text="late write")])
     owner = LeasedRun(database, again, "alive")
-    assert await owner.append([UserMessage(text="hi")]) == [1]
+    assert await append_messages(owner, [UserMessage(text="hi")]) == [1]
 
 
 async def test_renew_reports_cancel_and_cancel_rules(queue: RunQueue, alice: Principal) -> None:

@@ -42,7 +42,7 @@ INSERTS: dict[str, str] = {
     ),
     "run_events": (
         "INSERT INTO run_events (tenant_id, run_id, seq, type, data) "
-        "VALUES (:tenant, :run, :n, 'run.queued', '{}')"
+        'VALUES (:tenant, :run, :n, \'run.queued\', \'{"sessionKey": "s", "status": "queued"}\')'
     ),
     "tool_executions": (
         "INSERT INTO tool_executions (tenant_id, run_id, session_id, tool_call_id, name, args, "

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.core import events as ev
 from app.db.engine import Database
 from app.llm.base import Model
-from app.runtime import events as ev
 from app.runtime.loop import execute_run
+from app.runtime.usage import add_usage
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from tests.integration.api_support import Api, make_settings, running_api
@@ -207,7 +208,7 @@ async def test_a_resumed_run_over_its_budget_fails_without_calling_the_model(api
     agent_id = await create_agent(api, "frugal", tokenBudget=500)
     run = await api.post_run("hello", agentId=agent_id)
     dead = await claim(api, run["runId"])
-    await dead.add_usage(400, 200)  # the dead attempt's calls
+    await add_usage(dead, 400, 200)  # the dead attempt's calls
     alive = await crash_and_resume(api, dead)
     model = Recording()
     await execute_run(alive, settings=api.runtime.settings, models=registry_of(model))

@@ -20,8 +20,8 @@ from sqlalchemy import text
 
 import app
 from app.auth.principal import Principal
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox import detect_isolation, sandbox_tools

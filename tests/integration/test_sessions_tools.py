@@ -6,10 +6,11 @@ from typing import Any
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from app.runtime.transcript import append_messages
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.sessions_tools import MAX_HISTORY_CHARS, MAX_TEXT_CHARS, sessions_tools
@@ -28,7 +29,7 @@ async def session_with(
     assert claimed is not None
     leased = LeasedRun(database, claimed, f"w-{key}")
     if messages:
-        await leased.append(messages)
+        await append_messages(leased, messages)
     await leased.finish("completed", result={"text": "ok"})
     return ToolContext(
         db=database,

@@ -25,8 +25,8 @@ import trustme
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext, ToolError
 from app.tools.registry import ToolRegistry
 from app.tools.web import ssrf, web_tools

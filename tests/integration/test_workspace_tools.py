@@ -8,8 +8,8 @@ import pytest
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
-from app.runtime.messages import ToolCall, ToolResult
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry, default_tool_registry
 from app.tools.workspace import Workspace

@@ -7,6 +7,8 @@ from uuid import uuid4
 
 import pytest
 
+from app.core.tokens import estimate_message_tokens
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import ModelRequest, TextDelta, ToolCallEvent
 from app.llm.offline import OfflineModel, parse_directives
 from app.llm.offline_compact import MAX_SUMMARY_LINES, offline_flush_calls, offline_summary
@@ -18,11 +20,9 @@ from app.runtime.context import (
     build_items,
     choose_cut,
     cut_points,
-    estimate_message_tokens,
     trim_tool_result,
 )
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
-from app.runtime.state import ContextWindow, Entry
+from app.runtime.run_state import ContextWindow, Entry
 from app.runtime.summaries import (
     cap_summary,
     flush_request,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import (
     Message,
     Model,
@@ -27,7 +28,6 @@ from app.llm.base import (
     Usage,
 )
 from app.llm.registry import ModelRegistry
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.fakes import gemini_wire as g
 from tests.fakes.server import FakeServer, JsonReply
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import (
     Model,
     ModelError,
@@ -25,7 +26,6 @@ from app.llm.base import (
     Usage,
 )
 from app.llm.registry import ModelRegistry
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.fakes import openai_wire as o
 from tests.fakes.server import FakeServer
 

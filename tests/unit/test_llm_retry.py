@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.core.transcript import UserMessage
 from app.llm.base import (
     ModelError,
     ModelEvent,
@@ -27,7 +28,6 @@ from app.llm.offline import OfflineModel
 from app.llm.openai_compat import OpenAIModel, parse_args
 from app.llm.registry import ModelRegistry, ModelUnavailableError
 from app.llm.retry import RetryPolicy, stream_with_retries
-from app.runtime.messages import UserMessage
 
 FAST = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.01)
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from app.config import Settings
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.llm.base import (
     Message,
     ModelError,
@@ -19,7 +20,6 @@ from app.llm.base import (
 )
 from app.llm.offline import OfflineModel, parse_directives, quote, summary_line
 from app.llm.registry import ModelRegistry, ModelUnavailableError
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 
 async def collect(*messages: Message) -> list[ModelEvent]:

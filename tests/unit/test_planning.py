@@ -8,8 +8,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from app.llm.base import Message
-from app.runtime.messages import (
+from app.core.transcript import (
     AssistantMessage,
     Plan,
     ToolCall,
@@ -18,7 +17,8 @@ from app.runtime.messages import (
     dump_message,
     load_message,
 )
-from app.runtime.planning import (
+from app.llm.base import Message
+from app.runtime.plan_protocol import (
     MAX_STEPS,
     PlanInvalidError,
     PlanProgress,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.core.transcript import AssistantMessage, ToolResult, UserMessage
 from app.llm.base import Message, ModelEvent, ModelRequest, TextDelta, ToolCallEvent, Usage
 from app.llm.offline import OfflineModel, parse_args
 from app.llm.offline_plan import MALFORMED_PLAN, parse_steps
-from app.runtime.messages import AssistantMessage, ToolResult, UserMessage
-from app.runtime.planning import StepSpec, new_plan, parse_plan, render_plan
+from app.runtime.plan_protocol import StepSpec, new_plan, parse_plan, render_plan
 
 
 async def ask(*messages: Message, purpose: Any = "chat") -> list[ModelEvent]:

@@ -6,8 +6,8 @@ from typing import get_args
 
 import pytest
 
-from app.runtime import states as st
-from app.runtime.states import (
+from app.core import state_machine as st
+from app.core.state_machine import (
     ENDINGS,
     TRANSITIONS,
     InvalidTransitionError,

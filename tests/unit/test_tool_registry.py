@@ -11,8 +11,8 @@ from jsonschema.exceptions import SchemaError
 
 from app.auth.principal import Principal
 from app.config import Settings
-from app.queue.lease import LeaseLostError
-from app.runtime.messages import ToolCall
+from app.core.errors import LeaseLostError
+from app.core.transcript import ToolCall
 from app.tools.base import Tool, ToolContext, ToolError
 from app.tools.registry import ToolRegistry, default_tool_registry
 

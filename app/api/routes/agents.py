@@ -15,13 +15,13 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 
+from app.agents.store import default_agent
 from app.api.agent_schemas import AgentCreate, AgentList, AgentOut, AgentUpdate
 from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
 from app.api.schemas import error_responses
 from app.db.models import Agent
 from app.runtime.agent_settings import AgentSettings, merge_settings
-from app.runtime.agents import default_agent
 
 router = APIRouter(prefix="/api/agent-runtime/agents", tags=["agents"])
 

@@ -12,11 +12,11 @@ from uuid import UUID
 from fastapi import APIRouter, Path
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.agents.store import get_agent
 from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody
 from app.api.errors import ApiError
 from app.api.schemas import error_responses
 from app.api.tool_schemas import PolicyBody, PolicyInfo
-from app.runtime.agents import get_agent
 from app.tools.approval_rules import ApprovalRules
 from app.tools.policy import DEFAULT_PROFILE, PolicyLayer
 from app.tools.policy_store import StoredLayer, delete_layer, get_layer, put_layer

@@ -24,9 +24,8 @@ from app.api.schemas import (
     Usage,
     error_responses,
 )
-from app.db.models import Run, RunEvent
-from app.queue.events import events_after
-from app.runtime.events import event_envelope
+from app.db.models import Run
+from app.queue.event_log import events_after
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -34,13 +33,6 @@ router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 def run_not_found(run_id: UUID) -> ApiError:
     """The 404 for a run that is unknown or belongs to another tenant."""
     return ApiError(404, f"run {run_id} not found", field="runId")
-
-
-def envelope_of(event: RunEvent) -> dict[str, Any]:
-    """A stored event as the JSON the SSE stream sends."""
-    return event_envelope(
-        run_id=event.run_id, seq=event.seq, type_=event.type, ts=event.created_at, data=event.data
-    )
 
 
 @router.post(
@@ -128,4 +120,4 @@ async def run_events(
         if await s.scalar(select(Run.id).where(Run.id == run_id)) is None:
             raise run_not_found(run_id)
         events = await events_after(s, run_id, after_seq, limit=limit)
-    return RunEventsPage(run_id=run_id, events=[envelope_of(e) for e in events])
+    return RunEventsPage(run_id=run_id, events=events)

@@ -1,4 +1,4 @@
-"""The SSE stream of a run: stored events replayed, then live ones, until a terminal event.
+"""The SSE replay of a run: stored events replayed, then live ones, until a terminal event.
 
 One loop serves both phases — "read events after the last one sent; send them; stop after a
 terminal event; else wait for a wake-up or the fallback poll" — so nothing is lost or sent
@@ -19,12 +19,13 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import CurrentPrincipal, QueueDep, RunIdQuery, Runtime, RuntimeDep
 from app.api.errors import ApiError
-from app.api.routes.runs import envelope_of, run_not_found
+from app.api.routes.runs import run_not_found
 from app.api.schemas import MAX_SEQ, error_responses
 from app.auth.principal import Principal
+from app.core.events import TERMINAL_EVENTS, RunEvent, wire_json
+from app.core.state_machine import TERMINAL_STATUSES
 from app.db.models import Run
-from app.queue.events import events_after
-from app.runtime.events import TERMINAL_EVENTS, TERMINAL_STATUSES
+from app.queue.event_log import events_after
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -114,11 +115,8 @@ async def run_event_stream(
                 status = await s.scalar(select(Run.status).where(Run.id == run_id))
                 events = await events_after(s, run_id, last, limit=BATCH)
             for event in events:
-                yield ServerSentEvent(
-                    data=json.dumps(envelope_of(event), separators=(",", ":"), ensure_ascii=False),
-                    event=event.type,
-                    id=str(event.seq),
-                )
+                yield sse_frame(event)
+                assert event.seq is not None  # stored events have their envelope
                 last = event.seq
                 if event.type in TERMINAL_EVENTS:
                     return
@@ -127,3 +125,12 @@ async def run_event_stream(
             if not events and (status is None or status in TERMINAL_STATUSES):
                 return  # finished (its terminal event is at or before `last`) or gone
             await wakeup.wait(runtime.hub.poll_seconds)
+
+
+def sse_frame(event: RunEvent) -> ServerSentEvent:
+    """A stored event as an SSE frame: `id` = its seq, `event` = its type, `data` = its JSON."""
+    return ServerSentEvent(
+        data=json.dumps(wire_json(event), separators=(",", ":"), ensure_ascii=False),
+        event=event.type,
+        id=str(event.seq),
+    )

@@ -1,10 +1,11 @@
-"""The state one run's phases share, and what can be read off its stored transcript.
+"""The state one run's phases share (`RunState`), what can be read off its stored transcript, and
+the recording of the loop's state machine (`record_transition`).
 
 Everything the loop decides is derived from the transcript as stored (plus what this attempt
 appended), so a resumed attempt and a fresh one go through the same code: pending tool calls are
 the latest assistant message's calls without a stored result, and a stored final assistant
 message means the run only has to be finished. (Plan mode derives its progress the same way, in
-`app.runtime.planning`.)
+`app.runtime.plan_protocol`.)
 """
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import update
+
 from app.config import Settings
-from app.llm.base import Message, Model
-from app.queue.lease import LeasedRun, StoredMessage
+from app.core.events import StateChangedEvent
+from app.core.state_machine import QUEUED, check_transition
+from app.core.tokens import estimate_message_tokens
+from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult
+from app.db.models import Run
+from app.llm.base import Model
+from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentMode
-from app.runtime.context import Summary, estimate_message_tokens
-from app.runtime.messages import AssistantMessage, ToolCall, ToolResult
-from app.runtime.states import QUEUED, record_transition
+from app.runtime.context import Summary
+from app.runtime.transcript import Entry
 from app.tools.registry import ToolRegistry
 
 
@@ -54,23 +61,6 @@ class AgentConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """A transcript entry, the run that wrote it (None: imported/older rows) and its seq."""
-
-    run_id: UUID | None
-    message: Message
-    seq: int = 0
-    """Its `session_messages.seq` (1, 2, … per session, without gaps)."""
-    tokens: int | None = None
-    """Its estimated tokens (`session_messages.token_count`), if known."""
-
-    @classmethod
-    def stored(cls, row: StoredMessage) -> Entry:
-        """An entry from a stored transcript row."""
-        return cls(run_id=row.run_id, message=row.message, seq=row.seq, tokens=row.tokens)
-
-
-@dataclass(frozen=True, slots=True)
 class ContextWindow:
     """The run's model's context window, and the part of it kept free for the answer."""
 
@@ -99,7 +89,7 @@ class RunState:
     transcript: list[Entry] = field(default_factory=list)
     model: Model | None = None
     current: str = QUEUED
-    """The state machine's state (`app.runtime.states`); every attempt starts `queued`."""
+    """The state machine's state (`app.core.state_machine`); every attempt starts `queued`."""
     tokens_used: int = 0
     """Input + output tokens of the run so far (all attempts)."""
     deadline: float | None = None
@@ -163,3 +153,16 @@ class RunState:
     def tool_call_ids(self) -> set[str]:
         """Every tool call id this run has used (ids are unique per run)."""
         return {c.id for m in self.own() if isinstance(m, AssistantMessage) for c in m.tool_calls}
+
+
+async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
+    """Check `current → to`, then set the run's `state` and store `state.changed` atomically."""
+    check_transition(current, to)
+    async with leased.write([StateChangedEvent(from_=current, to=to)]) as w:
+        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=to))
+
+
+async def set_loop_state(leased: LeasedRun, state: str | None) -> None:
+    """Record the loop's current state (shown in /status) without an event or a check."""
+    async with leased.write() as w:
+        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=state))

@@ -1,7 +1,8 @@
-"""The run state machine: the loop's states, the transitions allowed between them, and recording.
+"""Run statuses and the loop's state machine: the names, and the transitions allowed between them.
 
-While a run is `running`, `agent_run_queue.state` says what its loop is doing (`/status` shows it).
-Every change goes through `record_transition`, which updates the column and stores a
+A run's `status` (`agent_run_queue.status`) is one of `RUN_STATUSES`. While a run is `running`,
+`agent_run_queue.state` says what its loop is doing (`/status` shows it). Every change goes
+through `app.runtime.run_state.record_transition`, which updates the column and stores a
 `state.changed` event `{from, to}` in one fenced transaction, so the column and the event stream
 never disagree. `TRANSITIONS` is the only list of allowed moves; anything else is a bug and raises
 `InvalidTransitionError`.
@@ -17,11 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal
 
-from sqlalchemy import update
-
-from app.db.models import Run
-from app.queue.lease import LeasedRun
-from app.runtime import events as ev
+RunStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
+"""Where a run is in its life (`agent_run_queue.status`)."""
+RUN_STATUSES: Final[tuple[RunStatus, ...]] = (
+    "queued",
+    "running",
+    "awaiting_approval",
+    "completed",
+    "failed",
+    "cancelled",
+)
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
+"""Statuses a run never leaves."""
 
 QUEUED: Final = "queued"
 """Waiting for a worker (and where every attempt starts)."""
@@ -88,10 +96,3 @@ def check_transition(current: str, to: str) -> None:
         raise InvalidTransitionError(
             f"run state {current!r} cannot change to {to!r} (allowed: {sorted(allowed)})"
         )
-
-
-async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
-    """Check `current → to`, then set the run's `state` and store `state.changed` atomically."""
-    check_transition(current, to)
-    async with leased.write([(ev.STATE_CHANGED, {"from": current, "to": to})]) as w:
-        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=to))

@@ -1,6 +1,6 @@
 """Transcript entries: one tagged union, stored as `session_messages.payload` and exported as JSONL.
 
-Plan mode (`app.runtime.planning`) adds no kind, so providers and exports need no change: a plan is
+Plan mode (`app.runtime.plan_protocol`) adds no kind, so providers and exports need no change: a plan is
 an assistant message with `plan` set (its `text` renders the plan), and the runtime's instruction
 to carry out a step is a user message with `step` set.
 """

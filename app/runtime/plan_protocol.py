@@ -21,8 +21,9 @@ from typing import Any
 
 import jsonschema
 
+from app.core.events import PlanOutline
+from app.core.transcript import AssistantMessage, Plan, PlanStep, ToolResult, UserMessage
 from app.llm.base import Message, ToolSpec
-from app.runtime.messages import AssistantMessage, Plan, PlanStep, ToolResult, UserMessage
 
 MAX_STEPS = 20
 MAX_DESCRIPTION_CHARS = 2000
@@ -138,9 +139,9 @@ def _numbered(steps: Sequence[StepSpec], start: int) -> list[PlanStep]:
     ]
 
 
-def plan_json(plan: Plan) -> dict[str, Any]:
-    """`{steps: [{index, description, tools, status}]}`, as events carry it."""
-    return {"steps": [s.model_dump(mode="json", by_alias=True) for s in plan.steps]}
+def plan_outline(plan: Plan) -> PlanOutline:
+    """The plan's steps, as events carry them."""
+    return PlanOutline(steps=list(plan.steps))
 
 
 def render_plan(plan: Plan) -> str:

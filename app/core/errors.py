@@ -1,0 +1,25 @@
+"""The errors several layers raise and catch: a lost lease, and the API-facing not found and
+conflict (rendered as 404 and 409 by `app.api.errors`)."""
+
+from __future__ import annotations
+
+
+class LeaseLostError(RuntimeError):
+    """This worker no longer holds the run (lease expired and taken over, or run finished)."""
+
+
+class NotFoundError(LookupError):
+    """The referenced object does not exist for this tenant (rendered as 404)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class ConflictError(RuntimeError):
+    """The request is valid but conflicts with the object's state (rendered as 409)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

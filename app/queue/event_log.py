@@ -1,0 +1,59 @@
+"""The run event log: appending typed events to `run_events` and reading them back in order.
+
+Rows keep the event's `type` and its own fields as `data` (`app.core.events.event_data`); the
+envelope (`runId`, `seq`, `ts`) comes from the row's columns when it is read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.events import RunEvent, event_data, stored_event
+from app.db.models import RunEvent as RunEventRow
+
+
+async def insert_events(
+    session: AsyncSession,
+    *,
+    run_id: UUID,
+    tenant_id: str,
+    last_seq: int,
+    events: Sequence[RunEvent],
+) -> None:
+    """Insert `events` numbered so that the last one gets `last_seq` (seqs reserved by the caller)."""
+    if not events:
+        return
+    first = last_seq - len(events) + 1
+    await session.execute(
+        insert(RunEventRow),
+        [
+            {
+                "tenant_id": tenant_id,
+                "run_id": run_id,
+                "seq": first + i,
+                "type": event.type,
+                "data": event_data(event),
+            }
+            for i, event in enumerate(events)
+        ],
+    )
+
+
+async def events_after(
+    session: AsyncSession, run_id: UUID, after_seq: int, limit: int = 500
+) -> list[RunEvent]:
+    """Stored events of a run with `seq > after_seq`, in order, with their envelope."""
+    rows = await session.scalars(
+        select(RunEventRow)
+        .where(RunEventRow.run_id == run_id, RunEventRow.seq > after_seq)
+        .order_by(RunEventRow.seq)
+        .limit(limit)
+    )
+    return [
+        stored_event(type_=r.type, data=r.data, run_id=r.run_id, seq=r.seq, ts=r.created_at)
+        for r in rows
+    ]

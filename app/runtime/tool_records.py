@@ -1,0 +1,181 @@
+"""The stored record of each tool call: its `tool_executions` row, its result in the transcript
+and its `tool.*` event, written in fenced transactions of the run (started, finished, refused).
+
+A call is recorded as started (`tool.started`, a `tool_executions` row) before it runs, and its
+result is stored with its `tool.completed`/`tool.failed` event in one transaction after it. A
+call that is not executed (policy, cap, denied approval) is stored failed in one transaction.
+
+Every `tool.*` event carries `executionId`, the id of the call's `tool_executions` row (one per
+run and call, kept across retries and approvals), so clients can join the stream with
+`GET /runs/{runId}/tools`. The id is known only once the row is written, inside the same fenced
+transaction; `LeasedRun.write` appends its events after the body, so the body fills it in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+
+from app.core.events import ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
+from app.core.transcript import ToolCall, ToolResult
+from app.db.models import ToolExecution
+from app.queue.lease import FencedWrite, LeasedRun
+from app.runtime.transcript import insert_messages
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAttempt:
+    """What the store knew about a tool call before this attempt started."""
+
+    previous_status: str | None  # None: never started before
+
+    @property
+    def interrupted(self) -> bool:
+        """A previous attempt started the call and died before recording its outcome."""
+        return self.previous_status == "started"
+
+
+async def tool_started(
+    leased: LeasedRun,
+    call: ToolCall,
+    *,
+    approval_id: UUID | None = None,
+    purpose: str | None = None,
+) -> ToolAttempt:
+    """Record that `call` is about to execute and emit `tool.started` (with `purpose`, if
+    given: a housekeeping call such as a memory flush, not a turn of the conversation)."""
+    event = ToolStartedEvent(tool_call_id=call.id, name=call.name, args=call.args, purpose=purpose)
+    async with leased.write([event]) as w:
+        previous = await w.session.scalar(
+            select(ToolExecution.status).where(
+                ToolExecution.run_id == w.run.id, ToolExecution.tool_call_id == call.id
+            )
+        )
+        event.execution_id = await upsert_execution(
+            w,
+            call,
+            {"status": "started"},
+            approval_id=approval_id,
+            on_conflict={
+                # Waiting for approval was not an attempt at running the call.
+                "attempt": case(
+                    (ToolExecution.status == "awaiting_approval", ToolExecution.attempt),
+                    else_=ToolExecution.attempt + 1,
+                ),
+                "started_at": func.now(),
+                "finished_at": None,
+                "result": None,
+                "error": None,
+            },
+        )
+    return ToolAttempt(previous_status=previous)
+
+
+async def upsert_execution(
+    w: FencedWrite,
+    call: ToolCall,
+    values: dict[str, Any],
+    *,
+    approval_id: UUID | None = None,
+    on_conflict: dict[str, Any] | None = None,
+) -> UUID:
+    """Insert the call's `tool_executions` row with `values`, or update it with them (and
+    `on_conflict`); the worker is this one, the approval is kept unless a new one is given.
+    Returns the row's id."""
+    run = w.run
+    stmt = insert(ToolExecution).values(
+        tenant_id=run.tenant_id,
+        run_id=run.id,
+        session_id=run.session_id,
+        tool_call_id=call.id,
+        name=call.name,
+        args=call.args,
+        worker_id=w.worker_id,
+        approval_id=approval_id,
+        **values,
+    )
+    approval = func.coalesce(stmt.excluded.approval_id, ToolExecution.approval_id)
+    execution_id: UUID | None = await w.session.scalar(
+        stmt.on_conflict_do_update(
+            constraint="tool_executions_run_call_key",
+            set_={
+                "worker_id": w.worker_id,
+                "approval_id": approval,
+                **values,
+                **(on_conflict or {}),
+            },
+        ).returning(ToolExecution.id)
+    )
+    assert execution_id is not None
+    return execution_id
+
+
+async def tool_refused(
+    leased: LeasedRun, call: ToolCall, error: str, *, approval_id: UUID | None = None
+) -> ToolResult:
+    """Store a call that is not executed (policy, cap, denial) as failed, with its event."""
+    result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
+    event = ToolFailedEvent(tool_call_id=call.id, name=call.name, error=error)
+    async with leased.write([event]) as w:
+        await insert_messages(w, [result])
+        event.execution_id = await upsert_execution(
+            w,
+            call,
+            {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
+            approval_id=approval_id,
+        )
+    return result
+
+
+async def tool_finished(
+    leased: LeasedRun,
+    result: ToolResult,
+    *,
+    interrupted: bool = False,
+    in_transcript: bool = True,
+    purpose: str | None = None,
+) -> None:
+    """Store the tool's result row, its execution outcome and its event, atomically.
+
+    `in_transcript=False`: no transcript row (a housekeeping call, e.g. a memory flush, whose
+    call was never an assistant message); `purpose` goes into the event as in `tool_started`.
+    """
+    event: ToolCompletedEvent | ToolFailedEvent
+    if result.ok:
+        event = ToolCompletedEvent(
+            tool_call_id=result.tool_call_id,
+            name=result.name,
+            purpose=purpose,
+            result=result.result,
+        )
+    else:
+        event = ToolFailedEvent(
+            tool_call_id=result.tool_call_id, name=result.name, purpose=purpose, error=result.error
+        )
+    if interrupted:
+        status = "interrupted"
+    else:
+        status = "completed" if result.ok else "failed"
+    async with leased.write([event]) as w:
+        if in_transcript:
+            await insert_messages(w, [result])
+        execution_id = await w.session.scalar(
+            update(ToolExecution)
+            .where(
+                ToolExecution.run_id == w.run.id,
+                ToolExecution.tool_call_id == result.tool_call_id,
+            )
+            .values(
+                status=status,
+                result=result.result if result.ok else None,
+                error=None if result.ok else {"message": result.error},
+                finished_at=func.now(),
+            )
+            .returning(ToolExecution.id)
+        )
+        if execution_id is not None:  # always, for a call `tool_started` recorded
+            event.execution_id = execution_id
