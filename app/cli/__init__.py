@@ -640,7 +640,3 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 return follow_run(client, run_id, renderer, deadline=time.monotonic() + 15)
             except KeyboardInterrupt:
                 return EXIT_INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())
