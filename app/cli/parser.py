@@ -17,6 +17,8 @@ from app.cli.token_command import cmd_token
 if TYPE_CHECKING:
     from app.config import Settings
 
+    _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
 _DESCRIPTION = """\
 Multi-tenant LLM agent runtime: HTTP API, lane-queue workers and the agent loop on Postgres.
 
@@ -60,7 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agent-runtime", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve(sub)
+    _add_api(sub)
+    _add_worker(sub)
+    _add_migrate(sub)
+    _add_token(sub)
+    _add_run(sub)
+    return parser
 
+
+def _add_serve(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "serve",
         help="run everything: (embedded) Postgres, migrations, the API and workers",
@@ -79,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_serve)
 
+
+def _add_api(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "api",
         help="run only the HTTP API (what `serve` starts; one per container)",
@@ -88,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, help="HTTP port (default: PORT, 8000)")
     p.set_defaults(handler=cmd_api)
 
+
+def _add_worker(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "worker",
         help="run one worker process (claims and executes runs)",
@@ -99,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-id", help="worker id (default: host:pid:random)")
     p.set_defaults(handler=cmd_worker)
 
+
+def _add_migrate(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "migrate",
         help="apply database migrations and print the revision",
@@ -106,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_migrate)
 
+
+def _add_token(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "token",
         help="print a JWT for a user (signed with SUPABASE_JWT_SECRET or the local secret)",
@@ -123,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_token)
 
+
+def _add_run(sub: _Subparsers) -> None:
     p = sub.add_parser(
         "run",
         help="send a message to a running server and stream the answer",
@@ -141,7 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", default="dev", help="user to mint a token for (default: dev)")
     p.add_argument("--tenant", help="tenant to mint a token for (default: the user's own)")
     p.set_defaults(handler=cmd_run)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -96,29 +96,42 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     with httpx.Client(
         base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
     ) as client:
-        try:
-            response = client.post(API_PREFIX, json=body)
-        except httpx.TransportError as e:
-            raise CliError(f"cannot reach {url} ({e}); is `agent-runtime serve` running?") from e
-        if response.status_code != 202:
-            raise CliError(f"POST {API_PREFIX}: {_error_text(response)}")
-        run = response.json()
-        run_id = str(run["runId"])
-        print(
-            f"run {run_id} · session {run.get('sessionKey')} · Ctrl-C cancels",
-            file=sys.stderr,
-            flush=True,
-        )
+        run_id = _start_run(client, url, body)
         renderer = Renderer(sys.stdout)
         try:
             return follow_run(client, run_id, renderer)
         except KeyboardInterrupt:
-            renderer.end_line()
-            print("cancelling… (Ctrl-C again to quit now)", file=sys.stderr, flush=True)
-            try:
-                cancel = client.post(f"{API_PREFIX}/cancel", params={"runId": run_id})
-                if cancel.status_code >= 400:
-                    raise CliError(f"cancel: {_error_text(cancel)}") from None
-                return follow_run(client, run_id, renderer, deadline=time.monotonic() + 15)
-            except KeyboardInterrupt:
-                return EXIT_INTERRUPTED
+            return _cancel_run(client, run_id, renderer)
+
+
+def _start_run(client: httpx.Client, url: str, body: dict[str, Any]) -> str:
+    """POST the message; announce the run on stderr and return its id."""
+    import httpx
+
+    try:
+        response = client.post(API_PREFIX, json=body)
+    except httpx.TransportError as e:
+        raise CliError(f"cannot reach {url} ({e}); is `agent-runtime serve` running?") from e
+    if response.status_code != 202:
+        raise CliError(f"POST {API_PREFIX}: {_error_text(response)}")
+    run = response.json()
+    run_id = str(run["runId"])
+    print(
+        f"run {run_id} · session {run.get('sessionKey')} · Ctrl-C cancels",
+        file=sys.stderr,
+        flush=True,
+    )
+    return run_id
+
+
+def _cancel_run(client: httpx.Client, run_id: str, renderer: Renderer) -> int:
+    """After Ctrl-C: cancel the run and show how it ends (15 s at most; Ctrl-C again quits)."""
+    renderer.end_line()
+    print("cancelling… (Ctrl-C again to quit now)", file=sys.stderr, flush=True)
+    try:
+        cancel = client.post(f"{API_PREFIX}/cancel", params={"runId": run_id})
+        if cancel.status_code >= 400:
+            raise CliError(f"cancel: {_error_text(cancel)}") from None
+        return follow_run(client, run_id, renderer, deadline=time.monotonic() + 15)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
