@@ -1,0 +1,71 @@
+"""The service commands: `serve`, `api`, `worker` and `migrate`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from app.cli.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """`serve`: see `app.serve`."""
+    from app.serve import serve
+
+    return serve(settings)
+
+
+def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
+    """`api`: uvicorn serving `create_app(settings)`."""
+    import math
+
+    import uvicorn
+
+    from app.api.app import create_app
+    from app.auth.secret import ensure_jwt_secret
+    from app.logging import register_database_url, register_secret
+    from app.serve import database, require_migrated
+
+    with database(settings) as url:
+        require_migrated(url)
+        secret = ensure_jwt_secret(settings)
+        register_secret(secret)
+        register_database_url(url)
+        resolved = settings.model_copy(update={"database_url": url, "supabase_jwt_secret": secret})
+        uvicorn.run(
+            create_app(resolved),
+            host=resolved.host,
+            port=resolved.port,
+            log_config=None,  # keep our logging (configure_logging) for uvicorn's loggers
+            timeout_graceful_shutdown=max(1, math.ceil(resolved.shutdown_grace_seconds)),
+        )
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """`worker`: `run_worker` over the resolved database."""
+    from app.logging import register_database_url
+    from app.serve import database, require_migrated
+    from app.worker.main import run_worker
+
+    with database(settings) as url:
+        require_migrated(url)
+        register_database_url(url)
+        run_worker(settings.model_copy(update={"database_url": url}), worker_id=args.worker_id)
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """`migrate`: upgrade to head, print the revision."""
+    from app.db.migrate import head_revision
+    from app.db.urls import redact
+    from app.serve import database, migrate
+
+    with database(settings) as url:
+        revision = migrate(url)
+    head = " (head)" if revision == head_revision() else ""
+    print(f"{redact(url)}: at revision {revision}{head}")
+    return EXIT_OK
