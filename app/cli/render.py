@@ -4,10 +4,38 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from typing import Any, TextIO
 
+from pydantic import ValidationError
+
 from app.cli.errors import EXIT_OK, EXIT_RUN_FAILED
+from app.core.events import (
+    RUN_EVENT_ADAPTER,
+    ApprovalRequiredEvent,
+    ApprovalResolvedEvent,
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    AssistantResetEvent,
+    ContextCompactedEvent,
+    ContextCompactionFailedEvent,
+    EventError,
+    ModelRetryEvent,
+    PlanCreatedEvent,
+    PlanOutline,
+    PlanStepEvent,
+    PlanUpdatedEvent,
+    RunCancelledEvent,
+    RunCompletedEvent,
+    RunEvent,
+    RunFailedEvent,
+    RunRequeuedEvent,
+    RunResumedEvent,
+    ThinkingDeltaEvent,
+    ToolCompletedEvent,
+    ToolFailedEvent,
+    ToolStartedEvent,
+    UsageEvent,
+)
 
 
 def _symbols(stream: TextIO) -> dict[str, str]:
@@ -34,10 +62,6 @@ def describe_error(error: Any) -> str:
     return str(error)
 
 
-_Handler = Callable[[dict[str, Any]], int | None]
-"""Renders one event of a given type; the exit code if that event ends the run."""
-
-
 class Renderer:
     """Turns run events into terminal output; `handle` returns the exit code at the end."""
 
@@ -55,7 +79,6 @@ class Renderer:
         self._streamed = False  # deltas seen for the current assistant message
         self._any_text = False
         self._thinking = False  # inside a run of thinking.delta chunks
-        self._handlers = self._event_handlers()
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -77,139 +100,119 @@ class Renderer:
             self._inline = not text.endswith("\n")
             self._any_text = True
 
-    def handle(self, event: dict[str, Any]) -> int | None:
-        """Render one event (the SSE `data` object); the exit code if it ends the run."""
-        seq = event.get("seq")
+    def handle(self, data: dict[str, Any]) -> int | None:
+        """Render one event (the SSE `data` object); the exit code if it ends the run. An event
+        this version does not know (a newer server's) is skipped."""
+        seq = data.get("seq")
         if isinstance(seq, int):
             if seq <= self.last_seq:
                 return None  # already shown (a resumed stream may repeat nothing, but be safe)
             self.last_seq = seq
-        kind = event.get("type")
-        if kind != "thinking.delta" and self._thinking:
+        try:
+            event = RUN_EVENT_ADAPTER.validate_python(data)
+        except ValidationError:
+            return None
+        if not isinstance(event, ThinkingDeltaEvent) and self._thinking:
             self.end_line()
             self._thinking = False
-        handler = self._handlers.get(kind) if isinstance(kind, str) else None
-        return handler(event) if handler is not None else None
+        return self.render(event)
 
-    def _event_handlers(self) -> dict[str, _Handler]:
-        """Event `type` -> the method that renders it (unknown types are ignored)."""
-        return {
-            "assistant.delta": self._assistant_delta,
-            "thinking.delta": self._thinking_delta,
-            "assistant.message": self._assistant_message,
-            "assistant.reset": self._assistant_reset,
-            "model.retry": self._model_retry,
-            "tool.started": self._tool_started,
-            "tool.completed": self._tool_completed,
-            "tool.failed": self._tool_failed,
-            "approval.required": self._approval_required,
-            "approval.resolved": self._approval_resolved,
-            "plan.created": self._plan_created,
-            "plan.updated": self._plan_updated,
-            "plan.step": self._plan_step,
-            "context.compacted": self._context_compacted,
-            "context.compaction_failed": self._context_compaction_failed,
-            "usage": self._usage,
-            "run.requeued": self._run_requeued,
-            "run.resumed": self._run_resumed,
-            "run.completed": self._run_completed,
-            "run.failed": self._run_failed,
-            "run.cancelled": self._run_cancelled,
-        }
+    def render(self, event: RunEvent) -> int | None:  # noqa: C901 - one case per event type
+        """Show one typed event; the exit code if it ends the run."""
+        match event:
+            case AssistantDeltaEvent(text=text):
+                self._text(text)
+                self._streamed = True
+            case ThinkingDeltaEvent(text=text):
+                self._thinking_delta(text)
+            case AssistantMessageEvent(text=text):
+                if not self._streamed:
+                    self._text(text)
+                self._streamed = False
+                self.end_line()
+            case AssistantResetEvent():
+                self._streamed = False
+                self._line(
+                    "(the model call restarted; its partial answer above is discarded)", self._dim
+                )
+            case ModelRetryEvent():
+                self._model_retry(event)
+            case ToolStartedEvent(name=name, args=args):
+                self._line(f"{self.sym['call']} tool {name} {_one_line(args)}", self._dim)
+            case ToolCompletedEvent(result=result):
+                self._line(f"{self.sym['ok']} ok: {_one_line(result)}", self._dim)
+            case ToolFailedEvent(error=error):
+                self._line(f"{self.sym['fail']} failed: {_one_line(error or '')}", self._red)
+            case ApprovalRequiredEvent():
+                self._approval_required(event)
+            case ApprovalResolvedEvent():
+                self._line(f"({_decision(event)})", self._dim)
+            case PlanCreatedEvent(plan=plan):
+                self._plan("plan", plan)
+            case PlanUpdatedEvent(plan=plan):
+                self._plan("revised plan", plan)
+            case PlanStepEvent(index=index, status=status, reason=reason):
+                why = f": {_one_line(reason, 120)}" if reason else ""
+                self._line(f"(step {index} {status}{why})", self._dim)
+            case ContextCompactedEvent():
+                self._line(
+                    f"(context compacted: messages {event.from_seq}–{event.to_seq} summarised, "
+                    f"{event.tokens_before} → {event.tokens_after} tokens)",
+                    self._dim,
+                )
+            case ContextCompactionFailedEvent(error=error):
+                self._line(f"(context compaction failed: {_error(error)})", self._dim)
+            case UsageEvent(input_tokens=tokens_in, output_tokens=tokens_out):
+                self.input_tokens += tokens_in
+                self.output_tokens += tokens_out
+            case RunRequeuedEvent():
+                self._line("(its worker stopped; the run went back to the queue)", self._dim)
+            case RunResumedEvent():
+                self._line("(resumed by a worker after the previous attempt ended)", self._dim)
+            case RunCompletedEvent(result=result):
+                return self._run_completed(result)
+            case RunFailedEvent(error=error):
+                self._line(f"{self.sym['fail']} run failed: {_error(error)}", self._red)
+                return EXIT_RUN_FAILED
+            case RunCancelledEvent():
+                self._line(f"{self.sym['stop']} cancelled", self._red)
+                return EXIT_RUN_FAILED
+            case _:
+                pass  # bookkeeping a person need not see (queued, started, state, plan.invalid…)
+        return None
 
-    # ----------------------------------------------------------------- one method per event type
+    # ----------------------------------------------------------------- helpers of `render`
 
-    def _assistant_delta(self, event: dict[str, Any]) -> None:
-        self._text(str(event.get("text", "")))
-        self._streamed = True
-
-    def _thinking_delta(self, event: dict[str, Any]) -> None:
+    def _thinking_delta(self, text: str) -> None:
         if not self._thinking:
             self.end_line()
             self._thinking = True
-        text = str(event.get("text", ""))
         if text:
             self._write(f"{self._dim}{text}{self._reset}")
             self._inline = not text.endswith("\n")
 
-    def _assistant_message(self, event: dict[str, Any]) -> None:
-        if not self._streamed:
-            self._text(str(event.get("text") or ""))
-        self._streamed = False
-        self.end_line()
-
-    def _assistant_reset(self, event: dict[str, Any]) -> None:
-        self._streamed = False
-        self._line("(the model call restarted; its partial answer above is discarded)", self._dim)
-
-    def _model_retry(self, event: dict[str, Any]) -> None:
-        reason = _one_line(event.get("reason") or "transient error", 120)
-        delay = event.get("delaySeconds")
-        when = f" in {delay} s" if delay is not None else ""
-        attempt = event.get("attempt")
-        self._line(f"(model call failed: {reason}; retry {attempt}{when})", self._dim)
-
-    def _tool_started(self, event: dict[str, Any]) -> None:
-        args = _one_line(event.get("args", {}))
-        self._line(f"{self.sym['call']} tool {event.get('name')} {args}", self._dim)
-
-    def _tool_completed(self, event: dict[str, Any]) -> None:
-        self._line(f"{self.sym['ok']} ok: {_one_line(event.get('result'))}", self._dim)
-
-    def _tool_failed(self, event: dict[str, Any]) -> None:
-        error = _one_line(describe_error(event.get("error")))
-        self._line(f"{self.sym['fail']} failed: {error}", self._red)
-
-    def _approval_required(self, event: dict[str, Any]) -> None:
-        args = _one_line(event.get("args", {}), 160)
-        why = f"{event.get('reason')}, risk {event.get('risk')}"
+    def _model_retry(self, event: ModelRetryEvent) -> None:
+        reason = _one_line(event.reason or "transient error", 120)
         self._line(
-            f"{self.sym['stop']} waiting for approval: tool {event.get('tool')} {args} ({why})",
+            f"(model call failed: {reason}; retry {event.attempt} in {event.delay_seconds} s)",
+            self._dim,
+        )
+
+    def _approval_required(self, event: ApprovalRequiredEvent) -> None:
+        args = _one_line(event.args, 160)
+        why = f"{event.reason}, risk {event.risk}"
+        self._line(
+            f"{self.sym['stop']} waiting for approval: tool {event.tool} {args} ({why})",
             self._red,
         )
         self._line(
-            f"  decide: POST /api/agent-runtime/approvals/{event.get('approvalId')} "
+            f"  decide: POST /api/agent-runtime/approvals/{event.approval_id} "
             '{"decision": "approve"} or {"decision": "deny"}',
             self._dim,
         )
 
-    def _approval_resolved(self, event: dict[str, Any]) -> None:
-        self._line(f"({_decision(event)})", self._dim)
-
-    def _plan_created(self, event: dict[str, Any]) -> None:
-        self._plan("plan", event)
-
-    def _plan_updated(self, event: dict[str, Any]) -> None:
-        self._plan("revised plan", event)
-
-    def _plan_step(self, event: dict[str, Any]) -> None:
-        reason = f": {_one_line(event['reason'], 120)}" if event.get("reason") else ""
-        self._line(f"(step {event.get('index')} {event.get('status')}{reason})", self._dim)
-
-    def _context_compacted(self, event: dict[str, Any]) -> None:
-        self._line(
-            f"(context compacted: messages {event.get('fromSeq')}–{event.get('toSeq')} "
-            f"summarised, {event.get('tokensBefore')} → {event.get('tokensAfter')} tokens)",
-            self._dim,
-        )
-
-    def _context_compaction_failed(self, event: dict[str, Any]) -> None:
-        error = _one_line(describe_error(event.get("error")), 160)
-        self._line(f"(context compaction failed: {error})", self._dim)
-
-    def _usage(self, event: dict[str, Any]) -> None:
-        self.input_tokens += int(event.get("inputTokens") or 0)
-        self.output_tokens += int(event.get("outputTokens") or 0)
-
-    def _run_requeued(self, event: dict[str, Any]) -> None:
-        self._line("(its worker stopped; the run went back to the queue)", self._dim)
-
-    def _run_resumed(self, event: dict[str, Any]) -> None:
-        self._line("(resumed by a worker after the previous attempt ended)", self._dim)
-
-    def _run_completed(self, event: dict[str, Any]) -> int:
-        result = event.get("result")
-        if not self._any_text and isinstance(result, dict) and result.get("text"):
+    def _run_completed(self, result: dict[str, Any] | None) -> int:
+        if not self._any_text and result and result.get("text"):
             self._text(str(result["text"]))
         usage = ""
         if self.input_tokens or self.output_tokens:
@@ -217,36 +220,24 @@ class Renderer:
         self._line(f"{self.sym['done']} completed{usage}", self._green)
         return EXIT_OK
 
-    def _run_failed(self, event: dict[str, Any]) -> int:
-        error = describe_error(event.get("error"))
-        self._line(f"{self.sym['fail']} run failed: {error}", self._red)
-        return EXIT_RUN_FAILED
-
-    def _run_cancelled(self, event: dict[str, Any]) -> int:
-        self._line(f"{self.sym['stop']} cancelled", self._red)
-        return EXIT_RUN_FAILED
-
-    # ----------------------------------------------------------------- helpers of the above
-
-    def _plan(self, title: str, event: dict[str, Any]) -> None:
+    def _plan(self, title: str, plan: PlanOutline) -> None:
         """`title:` then the plan's steps, one per line."""
-        plan = event.get("plan")
-        steps = plan.get("steps", []) if isinstance(plan, dict) else []
         self._line(f"{title}:", self._dim)
-        for step in steps if isinstance(steps, list) else []:
-            if isinstance(step, dict):
-                status = step.get("status")
-                mark = "" if status in (None, "pending") else f" ({status})"
-                desc = _one_line(step.get("description", ""), 160)
-                self._line(f"  {step.get('index')}. {desc}{mark}", self._dim)
+        for step in plan.steps:
+            mark = "" if step.status == "pending" else f" ({step.status})"
+            desc = _one_line(step.description, 160)
+            self._line(f"  {step.index}. {desc}{mark}", self._dim)
 
 
-def _decision(event: dict[str, Any]) -> str:
+def _error(error: EventError | None) -> str:
+    return "unknown error" if error is None else f"{error.code}: {error.message}"
+
+
+def _decision(event: ApprovalResolvedEvent) -> str:
     """An `approval.resolved` event in words."""
-    decision = event.get("decision")
-    if decision == "expired":
+    if event.decision == "expired":
         return "the approval expired: the call is refused"
-    who = f" by {event.get('decidedBy')}" if event.get("decidedBy") else ""
-    reason = f": {_one_line(event['reason'], 120)}" if event.get("reason") else ""
-    verb = "approved" if decision == "approve" else "denied"
+    who = f" by {event.decided_by}" if event.decided_by else ""
+    reason = f": {_one_line(event.reason, 120)}" if event.reason else ""
+    verb = "approved" if event.decision == "approve" else "denied"
     return f"{verb}{who}{reason}"

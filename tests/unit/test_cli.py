@@ -258,12 +258,19 @@ def test_sse_parser() -> None:
     assert len(events) == 3
 
 
+RUN_ID = "00000000-0000-4000-8000-000000000001"
+APPROVAL_1 = "00000000-0000-4000-8000-0000000000a1"
+APPROVAL_2 = "00000000-0000-4000-8000-0000000000a2"
+
+
 def render(events: list[dict[str, Any]]) -> tuple[str, int | None]:
+    """Render events as the API streams them (each is validated by the renderer as a typed
+    `RunEvent`, so test events carry every field the server sends)."""
     out = io.StringIO()
     renderer = cli.Renderer(out)
     code = None
     for seq, event in enumerate(events, start=1):
-        code = renderer.handle({"seq": seq, "runId": "r", **event})
+        code = renderer.handle({"seq": seq, "runId": RUN_ID, **event})
         if code is not None:
             break
     return out.getvalue(), code
@@ -272,15 +279,15 @@ def render(events: list[dict[str, Any]]) -> tuple[str, int | None]:
 def test_renders_a_completed_run_with_tools() -> None:
     text, code = render(
         [
-            {"type": "run.queued"},
-            {"type": "run.started"},
+            {"type": "run.queued", "sessionKey": "s", "status": "queued"},
+            {"type": "run.started", "attempt": 1, "workerId": "w1"},
             {"type": "tool.started", "toolCallId": "c1", "name": "write_file", "args": {"p": 1}},
             {"type": "tool.completed", "toolCallId": "c1", "name": "write_file", "result": "ok"},
             {
                 "type": "tool.failed",
                 "toolCallId": "c2",
                 "name": "read_file",
-                "error": {"code": "x", "message": "no such file"},
+                "error": "x: no such file",
             },
             {"type": "assistant.delta", "text": "You said: "},
             {"type": "assistant.delta", "text": "hi"},
@@ -310,27 +317,36 @@ def test_renders_approvals_plans_and_compactions() -> None:
             {"type": "plan.step", "index": 1, "status": "running"},
             {
                 "type": "approval.required",
-                "approvalId": "a1",
+                "approvalId": APPROVAL_1,
                 "toolCallId": "c1",
                 "tool": "run_shell",
                 "args": {"command": "rm -rf build"},
                 "risk": "high",
                 "reason": "risk high needs approval",
+                "expiresAt": "2026-11-23T12:00:00+00:00",
             },
             {
                 "type": "approval.resolved",
-                "approvalId": "a1",
+                "approvalId": APPROVAL_1,
                 "decision": "approve",
                 "decidedBy": "alice",
             },
             {"type": "plan.step", "index": 1, "status": "failed", "reason": "no such file"},
-            {"type": "approval.resolved", "approvalId": "a2", "decision": "expired"},
+            {
+                "type": "approval.resolved",
+                "approvalId": APPROVAL_2,
+                "decision": "expired",
+                "decidedBy": None,
+            },
             {
                 "type": "context.compacted",
+                "snapshotId": APPROVAL_2,
                 "fromSeq": 1,
                 "toSeq": 9,
+                "messages": 9,
                 "tokensBefore": 1800,
                 "tokensAfter": 700,
+                "summaryTokens": 300,
             },
             {
                 "type": "context.compaction_failed",
@@ -346,7 +362,8 @@ def test_renders_approvals_plans_and_compactions() -> None:
         "(step 1 running)",
         '■ waiting for approval: tool run_shell {"command": "rm -rf build"} '
         "(risk high needs approval, risk high)",
-        '  decide: POST /api/agent-runtime/approvals/a1 {"decision": "approve"} or '
+        f"  decide: POST /api/agent-runtime/approvals/{APPROVAL_1} "
+        '{"decision": "approve"} or '
         '{"decision": "deny"}',
         "(approved by alice)",
         "(step 1 failed: no such file)",
@@ -364,7 +381,7 @@ def test_renders_failure_cancellation_and_unstreamed_text() -> None:
         ]
     )
     assert code == 1 and text == "partial\n✗ run failed: model_error: boom\n"
-    text, code = render([{"type": "run.cancelled"}])
+    text, code = render([{"type": "run.cancelled", "reason": "cancelled"}])
     assert code == 1 and "cancelled" in text
     text, code = render([{"type": "run.completed", "result": {"text": "only here"}}])
     assert code == 0 and text.startswith("only here\n")
@@ -435,7 +452,7 @@ def test_renderer_falls_back_to_ascii_symbols() -> None:
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="ascii")
     renderer = cli.Renderer(out)
-    renderer.handle({"seq": 1, "type": "tool.started", "name": "t", "args": {}})
+    renderer.handle({"seq": 1, "type": "tool.started", "toolCallId": "c", "name": "t", "args": {}})
     renderer.handle({"seq": 2, "type": "usage", "inputTokens": 1, "outputTokens": 2})
     assert renderer.handle({"seq": 3, "type": "run.completed", "result": {"text": "x"}}) == 0
     out.flush()
@@ -476,3 +493,12 @@ def test_renders_thinking_retries_and_resets() -> None:
         "Hello",
         "✓ completed",
     ]
+
+
+def test_renderer_skips_events_it_does_not_know() -> None:
+    """A newer server's event type (or a malformed one) is skipped, not a crash."""
+    out = io.StringIO()
+    renderer = cli.Renderer(out)
+    assert renderer.handle({"seq": 1, "runId": RUN_ID, "type": "future.event", "x": 1}) is None
+    assert renderer.handle({"seq": 2, "runId": RUN_ID, "type": "usage"}) is None
+    assert out.getvalue() == "" and renderer.last_seq == 2
