@@ -1,10 +1,14 @@
-"""Agents of a tenant: lookup by id and the tenant's default agent (created on first use)."""
+"""Agents of a tenant: create, list, look up, change, and the default agent (created on first use).
+
+Every function takes a session opened with `Database.tenant(...)`: RLS confines it to the tenant.
+"""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -45,4 +49,42 @@ async def default_agent(
             )
         )
     assert agent is not None
+    return agent
+
+
+async def find_default_agent(session: AsyncSession) -> Agent | None:
+    """The tenant's default agent, if it exists yet (never creates it)."""
+    return await session.scalar(select(Agent).where(Agent.is_default))
+
+
+async def list_agents(session: AsyncSession) -> list[Agent]:
+    """The tenant's agents: the default agent first, then oldest first."""
+    rows = await session.scalars(
+        select(Agent).order_by(Agent.is_default.desc(), Agent.created_at, Agent.name)
+    )
+    return list(rows)
+
+
+async def insert_agent(session: AsyncSession, principal: Principal, **values: Any) -> Agent:
+    """A new agent of the caller's tenant, owned by the caller (`IntegrityError` on a taken name)."""
+    agent: Agent | None = await session.scalar(
+        insert(Agent)
+        .values(tenant_id=principal.tenant_id, owner_user_id=principal.user_id, **values)
+        .returning(Agent)
+    )
+    assert agent is not None
+    return agent
+
+
+async def lock_agent(session: AsyncSession, agent_id: UUID) -> Agent | None:
+    """The agent with this id, locked for an update until the transaction ends."""
+    return await session.get(Agent, agent_id, with_for_update=True)
+
+
+async def update_agent(session: AsyncSession, agent: Agent, values: dict[str, Any]) -> Agent:
+    """Change `agent`'s columns to `values` (its `updated_at` too) and return it refreshed."""
+    await session.execute(
+        update(Agent).where(Agent.id == agent.id).values(**values, updated_at=func.now())
+    )
+    await session.refresh(agent)
     return agent

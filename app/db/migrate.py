@@ -7,6 +7,8 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,3 +30,11 @@ def head_revision() -> str | None:
     """The newest revision in `migrations/versions`."""
     script = ScriptDirectory.from_config(alembic_config("postgresql://unused/x"))
     return script.get_current_head()
+
+
+async def current_revision(session: AsyncSession) -> str | None:
+    """The revision the database is migrated to (None: never migrated)."""
+    if not await session.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL")):
+        return None
+    revision: str | None = await session.scalar(text("SELECT version_num FROM alembic_version"))
+    return revision

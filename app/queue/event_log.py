@@ -13,6 +13,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.events import RunEvent, event_data, stored_event
+from app.db.models import Run
 from app.db.models import RunEvent as RunEventRow
 
 
@@ -57,3 +58,9 @@ async def events_after(
         stored_event(type_=r.type, data=r.data, run_id=r.run_id, seq=r.seq, ts=r.created_at)
         for r in rows
     ]
+
+
+async def run_status(session: AsyncSession, run_id: UUID) -> str | None:
+    """The run's status; None when the session's tenant (RLS) cannot see such a run."""
+    status: str | None = await session.scalar(select(Run.status).where(Run.id == run_id))
+    return status

@@ -19,10 +19,11 @@ from uuid import UUID
 
 from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.events import ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
 from app.core.transcript import ToolCall, ToolResult
-from app.db.models import ToolExecution
+from app.db.models import ToolApproval, ToolExecution
 from app.queue.lease import FencedWrite, LeasedRun
 from app.runtime.transcript import insert_messages
 
@@ -179,3 +180,17 @@ async def tool_finished(
         )
         if execution_id is not None:  # always, for a call `tool_started` recorded
             event.execution_id = execution_id
+
+
+async def executions_of(
+    session: AsyncSession, run_id: UUID
+) -> list[tuple[ToolExecution, str | None, str | None]]:
+    """A run's `tool_executions` rows in the order they started, each with its approval's status
+    and decider (None without an approval)."""
+    rows = await session.execute(
+        select(ToolExecution, ToolApproval.status, ToolApproval.decided_by)
+        .outerjoin(ToolApproval, ToolApproval.id == ToolExecution.approval_id)
+        .where(ToolExecution.run_id == run_id)
+        .order_by(ToolExecution.started_at, ToolExecution.tool_call_id)
+    )
+    return [(row[0], row[1], row[2]) for row in rows]

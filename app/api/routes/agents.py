@@ -11,11 +11,9 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Path
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 
-from app.agents.store import default_agent
+from app.agents import store as agent_store
 from app.api.agent_schemas import AgentCreate, AgentList, AgentOut, AgentUpdate
 from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
@@ -91,22 +89,17 @@ async def create_agent(
     )
     try:
         async with db.tenant(principal) as s:
-            agent = await s.scalar(
-                insert(Agent)
-                .values(
-                    tenant_id=principal.tenant_id,
-                    name=body.name,
-                    model=body.model or settings.default_model,
-                    system_prompt=body.system_prompt or "",
-                    max_turns=body.max_turns or min(settings.max_turns, 100),
-                    owner_user_id=principal.user_id,
-                    settings=extra.dump(),
-                )
-                .returning(Agent)
+            agent = await agent_store.insert_agent(
+                s,
+                principal,
+                name=body.name,
+                model=body.model or settings.default_model,
+                system_prompt=body.system_prompt or "",
+                max_turns=body.max_turns or min(settings.max_turns, 100),
+                settings=extra.dump(),
             )
     except IntegrityError as exc:
         raise _conflict(exc, body.name) from None
-    assert agent is not None
     return agent_out(agent)
 
 
@@ -116,13 +109,10 @@ async def list_agents(
 ) -> AgentList:
     """The tenant's agents, the default agent first (created now if the tenant has none yet)."""
     async with db.tenant(principal) as s:
-        await default_agent(
+        await agent_store.default_agent(
             s, principal, model=settings.default_model, max_turns=min(settings.max_turns, 100)
         )
-        rows = await s.scalars(
-            select(Agent).order_by(Agent.is_default.desc(), Agent.created_at, Agent.name)
-        )
-        return AgentList(agents=[agent_out(a) for a in rows])
+        return AgentList(agents=[agent_out(a) for a in await agent_store.list_agents(s)])
 
 
 @router.get("/{agentId}", response_model=AgentOut, responses=error_responses(401, 404, 422))
@@ -131,7 +121,7 @@ async def get_agent(
 ) -> AgentOut:
     """One agent of the tenant."""
     async with db.tenant(principal) as s:
-        agent = await s.get(Agent, agent_id)
+        agent = await agent_store.get_agent(s, agent_id)
         if agent is None:
             raise _not_found(agent_id)
         return agent_out(agent)
@@ -154,7 +144,7 @@ async def update_agent(
     changes = body.changes()
     try:
         async with db.tenant(principal) as s:
-            agent = await s.get(Agent, agent_id, with_for_update=True)
+            agent = await agent_store.lock_agent(s, agent_id)
             if agent is None:
                 raise _not_found(agent_id)
             values: dict[str, Any] = {k: v for k, v in changes.items() if k in _COLUMN_FIELDS}
@@ -165,9 +155,7 @@ async def update_agent(
                 )
                 values["settings"] = merge_settings(agent.settings, updated)
             if values:
-                values["updated_at"] = func.now()
-                await s.execute(update(Agent).where(Agent.id == agent_id).values(**values))
-                await s.refresh(agent)
+                agent = await agent_store.update_agent(s, agent, values)
             return agent_out(agent)
     except IntegrityError as exc:
         raise _conflict(exc, changes.get("name")) from None

@@ -19,12 +19,11 @@ from typing import Any, Literal
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from app.api.deps import RuntimeDep
 from app.api.schemas import ErrorInfo, Health, Readiness
 from app.config import Settings
-from app.db.migrate import head_revision
+from app.db.migrate import current_revision, head_revision
 from app.tools.sandbox.detect import describe_isolation
 
 log = structlog.get_logger(__name__)
@@ -108,12 +107,7 @@ async def readyz(request: Request, runtime: RuntimeDep) -> Readiness | JSONRespo
     events: Literal["listening", "polling"] = "listening" if runtime.hub.listening else "polling"
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS), runtime.db.owner() as s:
-            has_table = await s.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
-            revision = (
-                await s.scalar(text("SELECT version_num FROM alembic_version"))
-                if has_table
-                else None
-            )
+            revision = await current_revision(s)
     except Exception as exc:  # any failure to ask is "unreachable", never a 500
         log.warning("readiness check failed", error=f"{type(exc).__name__}: {exc}")
         return _not_ready(

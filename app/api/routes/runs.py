@@ -6,7 +6,6 @@ from typing import Annotated, Any, cast
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import select
 
 from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, QueueDep, RunIdQuery
 from app.api.errors import ApiError
@@ -24,8 +23,7 @@ from app.api.schemas import (
     Usage,
     error_responses,
 )
-from app.db.models import Run
-from app.queue.event_log import events_after
+from app.queue import event_log
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -117,7 +115,7 @@ async def run_events(
 ) -> RunEventsPage:
     """A run's stored events, in order (for clients that poll instead of streaming)."""
     async with db.tenant(principal) as s:
-        if await s.scalar(select(Run.id).where(Run.id == run_id)) is None:
+        if await event_log.run_status(s, run_id) is None:
             raise run_not_found(run_id)
-        events = await events_after(s, run_id, after_seq, limit=limit)
+        events = await event_log.events_after(s, run_id, after_seq, limit=limit)
     return RunEventsPage(run_id=run_id, events=events)

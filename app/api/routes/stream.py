@@ -14,7 +14,6 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Query
-from sqlalchemy import select
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import CurrentPrincipal, QueueDep, RunIdQuery, Runtime, RuntimeDep
@@ -24,8 +23,7 @@ from app.api.schemas import MAX_SEQ, error_responses
 from app.auth.principal import Principal
 from app.core.events import TERMINAL_EVENTS, RunEvent, wire_json
 from app.core.state_machine import TERMINAL_STATUSES
-from app.db.models import Run
-from app.queue.event_log import events_after
+from app.queue.event_log import events_after, run_status
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -112,7 +110,7 @@ async def run_event_stream(
             async with runtime.db.tenant(principal) as s:
                 # Status first: a terminal status read here guarantees that the events read
                 # next (a later snapshot) include the terminal event committed with it.
-                status = await s.scalar(select(Run.status).where(Run.id == run_id))
+                status = await run_status(s, run_id)
                 events = await events_after(s, run_id, last, limit=BATCH)
             for event in events:
                 yield sse_frame(event)

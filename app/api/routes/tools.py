@@ -6,8 +6,8 @@ from typing import Annotated, Any, cast
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from sqlalchemy import select
 
+from app.agents.store import find_default_agent, get_agent
 from app.api.deps import CurrentPrincipal, DatabaseDep, SettingsDep
 from app.api.errors import ApiError
 from app.api.routes.runs import run_not_found
@@ -19,7 +19,9 @@ from app.api.tool_schemas import (
     ToolInfo,
     ToolsPage,
 )
-from app.db.models import Agent, Run, ToolApproval, ToolExecution
+from app.db.models import ToolExecution
+from app.queue.event_log import run_status
+from app.runtime.tool_records import executions_of
 from app.tools.base import Tool
 from app.tools.policy import EffectivePolicy
 from app.tools.policy_store import resolve_policy
@@ -73,11 +75,11 @@ async def list_tools(
     """What the agent may use in the caller's runs and why; what is denied and why."""
     async with db.tenant(principal) as s:
         if agent_id is not None:
-            agent = await s.get(Agent, agent_id)
+            agent = await get_agent(s, agent_id)
             if agent is None:
                 raise ApiError(404, f"agent {agent_id} not found", field="agentId")
         else:
-            agent = await s.scalar(select(Agent).where(Agent.is_default))
+            agent = await find_default_agent(s)
         policy = await resolve_policy(s, agent=agent, user_id=principal.user_id)
     infos = [tool_info(t, policy) for t in catalog.tools()]
     profile, source = policy.profile
@@ -104,16 +106,9 @@ async def run_tools(
 ) -> ToolExecutionPage:
     """A run's tool calls: arguments, status, result or error, timings, attempts, approval."""
     async with db.tenant(principal) as s:
-        if await s.scalar(select(Run.id).where(Run.id == run_id)) is None:
+        if await run_status(s, run_id) is None:
             raise run_not_found(run_id)
-        rows = (
-            await s.execute(
-                select(ToolExecution, ToolApproval.status, ToolApproval.decided_by)
-                .outerjoin(ToolApproval, ToolApproval.id == ToolExecution.approval_id)
-                .where(ToolExecution.run_id == run_id)
-                .order_by(ToolExecution.started_at, ToolExecution.tool_call_id)
-            )
-        ).all()
+        rows = await executions_of(s, run_id)
     return ToolExecutionPage(
         run_id=run_id,
         executions=[execution_info(row[0], row[1], row[2]) for row in rows],
