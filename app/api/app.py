@@ -28,6 +28,7 @@ from app.api.routes import (
 )
 from app.api.schemas import error_responses
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
+from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
@@ -66,10 +67,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
             db = Database(settings.database_url)
         else:
             raise RuntimeError("DATABASE_URL is not set (the CLI resolves it before starting)")
-        if not settings.supabase_jwt_secret:
-            log.warning("no SUPABASE_JWT_SECRET: every authenticated route answers 401")
-        elif is_weak_secret(settings.supabase_jwt_secret):
-            log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
+        _log_auth(settings, verifier)
         hub = EventHub(db.url)
         await hub.start()
         app.state.runtime = Runtime(
@@ -92,6 +90,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         lifespan=lifespan,
     )
     app.state.settings = settings
+    verifier = app.state.verifier = TokenVerifier.from_settings(settings)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
@@ -99,6 +98,23 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         _document_body_errors(module.router)
         app.include_router(module.router)
     return app
+
+
+def _log_auth(settings: Settings, verifier: TokenVerifier) -> None:
+    """Say which auth modes and CORS origins are active (never a secret)."""
+    if not verifier.modes:
+        log.warning("no SUPABASE_JWT_SECRET or SUPABASE_URL: every authenticated route answers 401")
+        return
+    log.info(
+        "auth",
+        modes=verifier.modes,
+        issuer=verifier.issuer,
+        jwks_url=verifier.jwks.url if verifier.jwks else None,
+        cors_origins=settings.cors_origins,
+        cors_localhost=settings.cors_allow_localhost,
+    )
+    if verifier.secret and is_weak_secret(verifier.secret):
+        log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
 
 
 def _document_body_errors(router: APIRouter) -> None:
