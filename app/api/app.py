@@ -26,7 +26,7 @@ from app.api.routes import (
     stream,
     tools,
 )
-from app.api.schemas import error_responses
+from app.api.schemas import ErrorResponse, error_responses
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
@@ -96,6 +96,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     install_error_handlers(app)
     for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
         _document_body_errors(module.router)
+        _document_auth_unavailable(module.router)
         app.include_router(module.router)
     return app
 
@@ -115,6 +116,19 @@ def _log_auth(settings: Settings, verifier: TokenVerifier) -> None:
     )
     if verifier.secret and is_weak_secret(verifier.secret):
         log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
+
+
+def _document_auth_unavailable(router: APIRouter) -> None:
+    """Every authenticated route (it lists 401) may answer 503 `auth_unavailable` when the token's
+    signing keys cannot be fetched (SUPABASE_URL's JWKS down): say so in its OpenAPI entry."""
+    entry = {
+        "model": ErrorResponse,
+        "description": "The token's signing keys cannot be fetched now (`auth_unavailable`; "
+        "see `Retry-After`), or the service is not ready.",
+    }
+    for route in router.routes:
+        if isinstance(route, APIRoute) and (401 in route.responses or "401" in route.responses):
+            route.responses.setdefault(503, entry)
 
 
 def _document_body_errors(router: APIRouter) -> None:
