@@ -316,13 +316,19 @@ def child_env(
         "PORT": str(settings.port),
         "AGENT_RUNTIME_DATA_DIR": str(settings.agent_runtime_data_dir.resolve()),
     }
-    if (
+    if localhost_cors_by_default(settings, embedded=embedded):
+        env["CORS_ALLOW_LOCALHOST"] = "true"
+    return env
+
+
+def localhost_cors_by_default(settings: Settings, *, embedded: bool) -> bool:
+    """Whether `serve` lets local frontend dev servers call its API: on the embedded database,
+    with no CORS_ORIGINS and no explicit CORS_ALLOW_LOCALHOST."""
+    return (
         embedded
         and not settings.cors_origins
         and "cors_allow_localhost" not in settings.model_fields_set
-    ):
-        env["CORS_ALLOW_LOCALHOST"] = "true"
-    return env
+    )
 
 
 def _api_ready(url: str) -> bool:
@@ -414,6 +420,10 @@ def banner(
         f"  database: {db}",
         f"  workers:  {settings.workers}",
     ]
+    if localhost_cors_by_default(settings, embedded=embedded):
+        lines.append(
+            "  CORS:     http://localhost:<port>, http://127.0.0.1:<port> (local frontends)"
+        )
     if dev_token:
         lines += [
             "",

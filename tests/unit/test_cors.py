@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app.api.app import create_app
 from app.config import Settings
-from app.serve import child_env
+from app.serve import banner, child_env
 
 APP_ORIGIN = "https://app.example.com"
 PREFLIGHT_POST = {
@@ -227,3 +227,12 @@ def test_origins_are_parsed_from_a_comma_separated_variable(
 def test_malformed_origins_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError, match="is not an origin"):
         settings(cors_origins=bad)
+
+
+def test_serve_banner_says_when_local_frontends_may_call() -> None:
+    from pathlib import Path
+
+    url, secret_file = "postgresql://u@localhost/db", Path("jwt-secret")
+    assert "localhost:<port>" in banner(settings(), url, True, None, secret_file)
+    assert "CORS" not in banner(settings(), url, False, None, secret_file)
+    assert "CORS" not in banner(settings(cors_origins=APP_ORIGIN), url, True, None, secret_file)
