@@ -299,9 +299,16 @@ def child_specs(settings: Settings) -> list[ChildSpec]:
     return specs
 
 
-def child_env(settings: Settings, database_url: str, jwt_secret: str) -> dict[str, str]:
-    """The children's environment: ours plus everything `serve` resolved."""
-    return {
+def child_env(
+    settings: Settings, database_url: str, jwt_secret: str, *, embedded: bool = False
+) -> dict[str, str]:
+    """The children's environment: ours plus everything `serve` resolved.
+
+    On the embedded database (a developer machine) with no CORS_ORIGINS, the API also lets any
+    `http://localhost:<port>` / `http://127.0.0.1:<port>` page call it, so a local frontend dev
+    server just works; an explicit CORS_ALLOW_LOCALHOST wins.
+    """
+    env = {
         **os.environ,
         "DATABASE_URL": database_url,
         "SUPABASE_JWT_SECRET": jwt_secret,
@@ -309,6 +316,19 @@ def child_env(settings: Settings, database_url: str, jwt_secret: str) -> dict[st
         "PORT": str(settings.port),
         "AGENT_RUNTIME_DATA_DIR": str(settings.agent_runtime_data_dir.resolve()),
     }
+    if localhost_cors_by_default(settings, embedded=embedded):
+        env["CORS_ALLOW_LOCALHOST"] = "true"
+    return env
+
+
+def localhost_cors_by_default(settings: Settings, *, embedded: bool) -> bool:
+    """Whether `serve` lets local frontend dev servers call its API: on the embedded database,
+    with no CORS_ORIGINS and no explicit CORS_ALLOW_LOCALHOST."""
+    return (
+        embedded
+        and not settings.cors_origins
+        and "cors_allow_localhost" not in settings.model_fields_set
+    )
 
 
 def _api_ready(url: str) -> bool:
@@ -340,7 +360,7 @@ def serve(settings: Settings) -> int:
         register_secret(secret)
         supervisor = Supervisor(
             specs=child_specs(settings),
-            env=child_env(settings, url, secret),
+            env=child_env(settings, url, secret, embedded=pg is not None),
             stop_timeout=settings.shutdown_grace_seconds + STOP_SLACK_SECONDS,
         )
         supervisor.install_signal_handlers()
@@ -400,6 +420,10 @@ def banner(
         f"  database: {db}",
         f"  workers:  {settings.workers}",
     ]
+    if localhost_cors_by_default(settings, embedded=embedded):
+        lines.append(
+            "  CORS:     http://localhost:<port>, http://127.0.0.1:<port> (local frontends)"
+        )
     if dev_token:
         lines += [
             "",

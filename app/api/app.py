@@ -10,6 +10,7 @@ import structlog
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from app.api.cors import install_cors
 from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
@@ -25,8 +26,9 @@ from app.api.routes import (
     stream,
     tools,
 )
-from app.api.schemas import error_responses
+from app.api.schemas import ErrorResponse, error_responses
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
+from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
@@ -65,10 +67,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
             db = Database(settings.database_url)
         else:
             raise RuntimeError("DATABASE_URL is not set (the CLI resolves it before starting)")
-        if not settings.supabase_jwt_secret:
-            log.warning("no SUPABASE_JWT_SECRET: every authenticated route answers 401")
-        elif is_weak_secret(settings.supabase_jwt_secret):
-            log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
+        _log_auth(settings, verifier)
         hub = EventHub(db.url)
         await hub.start()
         app.state.runtime = Runtime(
@@ -91,12 +90,45 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         lifespan=lifespan,
     )
     app.state.settings = settings
+    verifier = app.state.verifier = TokenVerifier.from_settings(settings)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
     for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
         _document_body_errors(module.router)
+        _document_auth_unavailable(module.router)
         app.include_router(module.router)
     return app
+
+
+def _log_auth(settings: Settings, verifier: TokenVerifier) -> None:
+    """Say which auth modes and CORS origins are active (never a secret)."""
+    if not verifier.modes:
+        log.warning("no SUPABASE_JWT_SECRET or SUPABASE_URL: every authenticated route answers 401")
+        return
+    log.info(
+        "auth",
+        modes=verifier.modes,
+        issuer=verifier.issuer,
+        jwks_url=verifier.jwks.url if verifier.jwks else None,
+        cors_origins=settings.cors_origins,
+        cors_localhost=settings.cors_allow_localhost,
+    )
+    if verifier.secret and is_weak_secret(verifier.secret):
+        log.warning("SUPABASE_JWT_SECRET is short for HS256", min_bytes=MIN_SECRET_BYTES)
+
+
+def _document_auth_unavailable(router: APIRouter) -> None:
+    """Every authenticated route (it lists 401) may answer 503 `auth_unavailable` when the token's
+    signing keys cannot be fetched (SUPABASE_URL's JWKS down): say so in its OpenAPI entry."""
+    entry = {
+        "model": ErrorResponse,
+        "description": "The token's signing keys cannot be fetched now (`auth_unavailable`; "
+        "see `Retry-After`), or the service is not ready.",
+    }
+    for route in router.routes:
+        if isinstance(route, APIRoute) and (401 in route.responses or "401" in route.responses):
+            route.responses.setdefault(503, entry)
 
 
 def _document_body_errors(router: APIRouter) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID
@@ -11,8 +12,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.errors import ApiError
 from app.api.event_hub import EventHub
-from app.auth.jwt import AuthError, verify_token
+from app.auth.jwt import AuthError
 from app.auth.principal import Principal
+from app.auth.verifier import AuthUnavailableError, TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
@@ -66,24 +68,35 @@ QueueDep = Annotated[RunQueue, Depends(get_queue)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 HubDep = Annotated[EventHub, Depends(get_hub)]
 
+
+def get_verifier(request: Request) -> TokenVerifier:
+    """The app's token verifier (built with the app; its JWKS cache lives as long as the app)."""
+    verifier = request.app.state.verifier
+    assert isinstance(verifier, TokenVerifier)
+    return verifier
+
+
+VerifierDep = Annotated[TokenVerifier, Depends(get_verifier)]
+
 bearer = HTTPBearer(
     auto_error=False,
     bearerFormat="JWT",
-    description="A Supabase access token (HS256, `aud` = the configured audience).",
+    description="A Supabase access token (ES256/RS256 from the project's JWKS, or HS256 with the "
+    "legacy secret; `aud` = the configured audience).",
 )
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 async def current_principal(
-    settings: SettingsDep,
+    verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """The verified caller; 401 for a missing/invalid token or an unconfigured server."""
-    secret = settings.supabase_jwt_secret
-    if not secret:
+    """The verified caller; 401 for a missing/invalid token or an unconfigured server, 503 when
+    the token's signing keys cannot be fetched."""
+    if not verifier.modes:
         raise ApiError(
             401,
-            "the server has no JWT secret configured (set SUPABASE_JWT_SECRET)",
+            "the server has no JWT secret configured (set SUPABASE_JWT_SECRET or SUPABASE_URL)",
             headers=_CHALLENGE,
         )
     if credentials is None:
@@ -91,7 +104,14 @@ async def current_principal(
             401, "missing bearer token (Authorization: Bearer <jwt>)", headers=_CHALLENGE
         )
     try:
-        return verify_token(credentials.credentials, secret=secret, audience=settings.jwt_audience)
+        return await verifier.verify(credentials.credentials)
+    except AuthUnavailableError as exc:
+        raise ApiError(
+            503,
+            exc.message,
+            code="auth_unavailable",
+            headers={"Retry-After": str(math.ceil(exc.retry_after_seconds))},
+        ) from exc
     except AuthError as exc:
         raise ApiError(401, exc.message, headers=_CHALLENGE) from exc
 

@@ -1,4 +1,4 @@
-"""Supabase-style HS256 JWTs: verify a bearer token into a `Principal`, mint tokens for the CLI.
+"""Supabase-style JWTs: decode and check claims into a `Principal`; HS256 verify and mint (CLI).
 
 The tenant is `app_metadata.tenant_id` when it is a non-empty string, else the user (`sub`) —
 the same rule as the database's `agent_runtime_tenant_id()`, so RLS and the API always agree.
@@ -38,36 +38,58 @@ def is_weak_secret(secret: str) -> bool:
     return len(secret.encode()) < MIN_SECRET_BYTES
 
 
-def verify_token(token: str, *, secret: str, audience: str) -> Principal:
+def verify_token(token: str, *, secret: str, audience: str, leeway_seconds: float = 0) -> Principal:
     """Verify an HS256 token (signature, `exp`, `aud`, `sub`) and return who it identifies."""
     if not token or not token.strip():
         raise AuthError("missing bearer token")
+    # PyJWT warns about short keys on every call; the app warns once at startup instead.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+        claims = decode_claims(
+            token, secret, algorithm=ALGORITHM, audience=audience, leeway_seconds=leeway_seconds
+        )
+    return principal_from_claims(claims)
+
+
+def decode_claims(
+    token: str,
+    key: Any,
+    *,
+    algorithm: str,
+    audience: str,
+    issuer: str | None = None,
+    leeway_seconds: float = 0,
+) -> dict[str, Any]:
+    """The claims of `token` verified with `key` by `algorithm` only (never the header's choice),
+    with `sub`, `exp`, `aud` (and `iss` when given) required; every failure is an `AuthError`."""
+    required = ["sub", "exp", "aud"] + (["iss"] if issuer is not None else [])
     try:
-        # PyJWT warns about short keys on every call; the app warns once at startup instead.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", InsecureKeyLengthWarning)
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                secret,
-                algorithms=[ALGORITHM],
-                audience=audience,
-                options={"require": ["sub", "exp", "aud"]},
-            )
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=[algorithm],
+            audience=audience,
+            issuer=issuer,
+            leeway=leeway_seconds,
+            options={"require": required},
+        )
     except jwt.ExpiredSignatureError as exc:
         raise AuthError("token has expired") from exc
     except jwt.InvalidAudienceError as exc:
         raise AuthError(f"token audience is not {audience!r}") from exc
+    except jwt.InvalidIssuerError as exc:
+        raise AuthError(f"token issuer is not {issuer!r}") from exc
     except jwt.MissingRequiredClaimError as exc:
         raise AuthError(f"token is missing the {exc.claim!r} claim") from exc
     except jwt.InvalidAlgorithmError as exc:
-        raise AuthError(f"token algorithm is not allowed (only {ALGORITHM})") from exc
+        raise AuthError(f"token algorithm is not allowed (only {algorithm})") from exc
     except jwt.InvalidSignatureError as exc:
         raise AuthError("token signature is invalid") from exc
     except jwt.DecodeError as exc:
         raise AuthError("token is malformed") from exc
     except jwt.InvalidTokenError as exc:
         raise AuthError(f"token is invalid: {exc}") from exc
-    return principal_from_claims(claims)
+    return claims
 
 
 def principal_from_claims(claims: dict[str, Any]) -> Principal:

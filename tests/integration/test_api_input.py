@@ -157,7 +157,7 @@ async def test_unknown_route_and_method_use_the_error_shape(api: Api) -> None:
         {"Authorization": "Bearer"},
         {"Authorization": "Basic YWxpY2U6cHc="},
         {"Authorization": "Bearer not-a-jwt"},
-        auth(ttl_seconds=-10),
+        auth(ttl_seconds=-120),  # beyond JWT_LEEWAY_SECONDS (30)
         auth(audience="anon"),
         {"Authorization": "Bearer " + auth()["Authorization"].split()[1][:-4] + "AAAA"},
     ],

@@ -55,3 +55,29 @@ def test_heartbeat_check_sees_environment_values(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HEARTBEAT_SECONDS", "2")
     with pytest.raises(ValidationError, match=r"HEARTBEAT_SECONDS \(2\).*LEASE_SECONDS \(4\)"):
         Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_supabase_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = settings(supabase_url="https://abc.supabase.co/")
+    assert s.supabase_url == "https://abc.supabase.co"
+    assert s.supabase_issuer() == "https://abc.supabase.co/auth/v1"
+    assert s.jwks_url() == "https://abc.supabase.co/auth/v1/.well-known/jwks.json"
+    assert settings().jwks_url() is None and settings().supabase_issuer() is None
+    monkeypatch.setenv("SUPABASE_URL", "")  # compose's `${SUPABASE_URL:-}`: unset
+    assert Settings(_env_file=None).supabase_url is None  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"supabase_url": "abc.supabase.co"}, "not an http"),
+        ({"supabase_url": "ftp://abc.supabase.co"}, "not an http"),
+        ({"supabase_jwks_url": "https://keys.example/jwks.json"}, "needs SUPABASE_URL"),
+        ({"supabase_jwks_cache_seconds": 0}, "greater than 0"),
+        ({"jwt_leeway_seconds": -1}, "greater than or equal to 0"),
+        ({"jwt_leeway_seconds": 3600}, "less than or equal to 300"),
+    ],
+)
+def test_bad_auth_settings_are_refused(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        settings(**values)
