@@ -17,10 +17,11 @@ from fastapi import APIRouter, Header, Query
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import CurrentPrincipal, QueueDep, RunIdQuery, Runtime, RuntimeDep
+from app.api.deps import QueueDep, RunIdQuery, Runtime, RuntimeDep
 from app.api.errors import ApiError
 from app.api.routes.runs import envelope_of, run_not_found
 from app.api.schemas import MAX_SEQ, error_responses
+from app.api.stream_auth import StreamPrincipal
 from app.auth.principal import Principal
 from app.db.models import Run
 from app.queue.events import events_after
@@ -75,7 +76,7 @@ def parse_last_event_id(value: str | None, field: str) -> int:
     },
 )
 async def stream_run(
-    principal: CurrentPrincipal,
+    principal: StreamPrincipal,
     queue: QueueDep,
     runtime: RuntimeDep,
     run_id: RunIdQuery,
