@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -40,9 +41,51 @@ class Settings(BaseSettings):
     )
     poll_seconds: float = Field(default=5.0, gt=0, description="Fallback poll when NOTIFY is lost.")
     supabase_jwt_secret: str | None = Field(
-        default=None, description="HS256 secret for Supabase-issued JWTs."
+        default=None,
+        description="HS256 secret for Supabase-issued JWTs (the legacy JWT secret; it keeps "
+        "working beside SUPABASE_URL's signing keys).",
     )
     jwt_audience: str = Field(default="authenticated", description="Required `aud` claim.")
+    supabase_url: str | None = Field(
+        default=None,
+        description="Supabase project URL (e.g. https://abcd.supabase.co): accept its "
+        "asymmetric access tokens (ES256, RS256, EdDSA), verified with the keys of its JWKS; "
+        "`iss` must be `{SUPABASE_URL}/auth/v1`.",
+    )
+    supabase_jwks_url: str | None = Field(
+        default=None,
+        description="JWKS to fetch the signing keys from instead of "
+        "`{SUPABASE_URL}/auth/v1/.well-known/jwks.json` (needs SUPABASE_URL).",
+    )
+    supabase_jwks_cache_seconds: float = Field(
+        default=600.0, gt=0, description="How long fetched signing keys are used before a refetch."
+    )
+    supabase_jwks_min_refetch_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Least time between two JWKS fetches (a token with an unknown `kid` refetches "
+        "at most this often; a flood of made-up `kid`s cannot hammer the endpoint).",
+    )
+    jwt_leeway_seconds: float = Field(
+        default=30.0, ge=0, le=300, description="Clock skew allowed on `exp` (and `nbf`, `iat`)."
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated origins browsers may call the API from, exactly as sent "
+        "(e.g. `https://app.example.com,http://localhost:3000`); `*` for any (only with "
+        "CORS_ALLOW_CREDENTIALS=false). Unset: no cross-origin access.",
+    )
+    cors_allow_credentials: bool = Field(
+        default=True,
+        description="Allow credentialed cross-origin requests (cookies, `credentials: "
+        "'include'`) from CORS_ORIGINS; must be false with CORS_ORIGINS=*.",
+    )
+    cors_allow_localhost: bool = Field(
+        default=False,
+        description="Also allow any `http://localhost:<port>` and `http://127.0.0.1:<port>` "
+        "origin (local frontend dev servers). `serve` turns it on for its API on the embedded "
+        "database when CORS_ORIGINS is unset.",
+    )
     default_model: str = Field(
         default="offline",
         description="Model of new default agents, and what the model name `default` means "
@@ -334,6 +377,53 @@ class Settings(BaseSettings):
         "that think (2.5 and later).",
     )
 
+    @field_validator("supabase_url", "supabase_jwks_url", mode="before")
+    @classmethod
+    def _http_url_or_unset(cls, value: object) -> object:
+        """Empty means unset; a URL must be http(s) with a host (a trailing `/` is dropped)."""
+        if not isinstance(value, str):
+            return value
+        url = value.strip().rstrip("/")
+        if not url:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return url
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        """A comma-separated string (the environment) or a list; each item an exact origin."""
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        return [_origin(str(item)) for item in items if str(item).strip()]
+
+    @model_validator(mode="after")
+    def _web_auth_consistent(self) -> Settings:
+        if "*" in self.cors_origins and self.cors_allow_credentials:
+            raise ValueError(
+                "CORS_ORIGINS=* cannot be combined with credentials (CORS_ALLOW_CREDENTIALS=true, "
+                "the default): list the exact origins, or set CORS_ALLOW_CREDENTIALS=false to "
+                "let any origin call the API without credentials"
+            )
+        if self.supabase_jwks_url and not self.supabase_url:
+            raise ValueError(
+                "SUPABASE_JWKS_URL needs SUPABASE_URL (tokens' `iss` must be {SUPABASE_URL}/auth/v1)"
+            )
+        return self
+
+    def supabase_issuer(self) -> str | None:
+        """The `iss` of the project's access tokens, when SUPABASE_URL is set."""
+        return f"{self.supabase_url}/auth/v1" if self.supabase_url else None
+
+    def jwks_url(self) -> str | None:
+        """Where the project's signing keys are published (None: no SUPABASE_URL)."""
+        if not self.supabase_url:
+            return None
+        return self.supabase_jwks_url or f"{self.supabase_url}/auth/v1/.well-known/jwks.json"
+
     @model_validator(mode="after")
     def _heartbeat_well_inside_lease(self) -> Settings:
         # Under half the lease, a lease survives one missed or late heartbeat.
@@ -344,6 +434,27 @@ class Settings(BaseSettings):
                 "lose a run's lease"
             )
         return self
+
+
+def _origin(text: str) -> str:
+    """`text` as a browser sends it in `Origin` (scheme://host[:port], lower case), or `*`."""
+    origin = text.strip()
+    if origin == "*":
+        return origin
+    parts = urlsplit(origin.lower())
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
+        raise ValueError(
+            f"CORS origin {origin!r} is not an origin like https://app.example.com or "
+            "http://localhost:3000 (scheme, host and optional port; no path)"
+        )
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 @lru_cache

@@ -299,9 +299,16 @@ def child_specs(settings: Settings) -> list[ChildSpec]:
     return specs
 
 
-def child_env(settings: Settings, database_url: str, jwt_secret: str) -> dict[str, str]:
-    """The children's environment: ours plus everything `serve` resolved."""
-    return {
+def child_env(
+    settings: Settings, database_url: str, jwt_secret: str, *, embedded: bool = False
+) -> dict[str, str]:
+    """The children's environment: ours plus everything `serve` resolved.
+
+    On the embedded database (a developer machine) with no CORS_ORIGINS, the API also lets any
+    `http://localhost:<port>` / `http://127.0.0.1:<port>` page call it, so a local frontend dev
+    server just works; an explicit CORS_ALLOW_LOCALHOST wins.
+    """
+    env = {
         **os.environ,
         "DATABASE_URL": database_url,
         "SUPABASE_JWT_SECRET": jwt_secret,
@@ -309,6 +316,13 @@ def child_env(settings: Settings, database_url: str, jwt_secret: str) -> dict[st
         "PORT": str(settings.port),
         "AGENT_RUNTIME_DATA_DIR": str(settings.agent_runtime_data_dir.resolve()),
     }
+    if (
+        embedded
+        and not settings.cors_origins
+        and "cors_allow_localhost" not in settings.model_fields_set
+    ):
+        env["CORS_ALLOW_LOCALHOST"] = "true"
+    return env
 
 
 def _api_ready(url: str) -> bool:
@@ -340,7 +354,7 @@ def serve(settings: Settings) -> int:
         register_secret(secret)
         supervisor = Supervisor(
             specs=child_specs(settings),
-            env=child_env(settings, url, secret),
+            env=child_env(settings, url, secret, embedded=pg is not None),
             stop_timeout=settings.shutdown_grace_seconds + STOP_SLACK_SECONDS,
         )
         supervisor.install_signal_handlers()

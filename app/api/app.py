@@ -10,6 +10,7 @@ import structlog
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from app.api.cors import install_cors
 from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
@@ -93,6 +94,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     )
     app.state.settings = settings
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
     for module in (
         runs,
