@@ -6,6 +6,7 @@ itself with `Last-Event-ID`, and the page ends with every event exactly once, in
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -151,3 +152,43 @@ def test_a_page_follows_a_run_through_dropped_connections(
     proxy.close()
     for log in stack.log_dir.glob("*.log"):
         assert ticket not in log.read_text(errors="replace"), log.name
+
+
+def readme_snippet() -> str:
+    """The JavaScript of the README's "Use it from a web app" section."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Use it from a web app", 1)[1]
+    return section.split("```js\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_snippet_works_from_another_origin(stack: Stack, page_origin: str) -> None:
+    snippet = readme_snippet()
+    assert 'const API = "http://127.0.0.1:8000";' in snippet
+    snippet = snippet.replace("http://127.0.0.1:8000", stack.base_url)
+    with chromium_context() as browser:
+        page = browser.new_page()
+        lines: list[str] = []
+        page.on("console", lambda m: lines.append(m.text))
+        page.goto(f"{page_origin}/#")  # the page only provides an origin here
+        page.add_script_tag(content=f"const TOKEN = {json.dumps(stack.token())};\n{snippet}")
+        # (console events are delivered while Playwright waits, not during time.sleep)
+        wait_for(
+            "the snippet's run to end",
+            lambda: page.wait_for_timeout(50) or any("run.completed" in x for x in lines),
+        )
+    printed = [line.split(" ", 2)[:2] for line in lines if line.split(" ", 1)[0].isdigit()]
+    assert printed and printed[-1][1] == "run.completed", lines
+    run_id = page_log_run_id(lines)
+    listened = [e for e in stored_events(stack, run_id) if f'"{e["type"]}"' in snippet]
+    assert [(int(seq), type_) for seq, type_ in printed] == [
+        (e["seq"], e["type"]) for e in listened
+    ]
+    assert any(type_ == "assistant.delta" for _, type_ in printed)
+
+
+def page_log_run_id(lines: list[str]) -> str:
+    """The run id in the snippet's console output (`… runId: <uuid>, …`)."""
+    for line in lines:
+        if "runId: " in line:
+            return line.split("runId: ", 1)[1].split(",", 1)[0]
+    raise AssertionError(f"no run id in {lines}")
