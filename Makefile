@@ -26,14 +26,22 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP) sysdeps ## create .venv and install the project with dev tools (when needed)
 
-# bubblewrap isolates run_python/run_shell (without it those tools refuse to run).
-sysdeps: ## install bubblewrap from the distribution when missing (as root with apt-get)
+# bubblewrap isolates run_python/run_shell (without it those tools refuse to run); Chromium runs
+# the browser test (Playwright drives the distribution's browser: nothing is downloaded from a CDN).
+sysdeps: ## install bubblewrap and chromium from the distribution when missing (as root with apt-get)
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing bubblewrap (sandbox for run_python/run_shell)…"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	  else \
 	    echo "warning: bubblewrap (bwrap) is not installed: code-execution tools will refuse to run"; \
+	  fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (the browser test drives it with Playwright)…"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "warning: chromium is not installed: tests/e2e/test_browser_stream.py will fail"; \
 	  fi; }
 
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move

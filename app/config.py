@@ -148,6 +148,19 @@ class Settings(BaseSettings):
         description="SSE keep-alive period (at most 15 s: the stream contract promises one "
         "at least every 15 s).",
     )
+    # Stream tickets (app/auth/stream_ticket.py): EventSource cannot send Authorization.
+    stream_ticket_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=86_400,
+        description="Lifetime of a stream ticket (`POST /api/agent-runtime/stream-tickets`); "
+        "it stays valid across an EventSource's reconnects until then.",
+    )
+    stream_ticket_secret: SecretStr | None = Field(
+        default=None,
+        description="Key that signs stream tickets; every API replica needs the same one. "
+        "Unset: derived (HKDF) from SUPABASE_JWT_SECRET / the generated JWT secret.",
+    )
     workspace_max_file_bytes: int = Field(default=1_000_000, description="Per-file cap.")
     workspace_max_total_bytes: int = Field(default=20_000_000, description="Per-workspace cap.")
     # --- long-term memory (app/memory) ---------------------------------------------------------

@@ -46,9 +46,14 @@ _SECRET_KEYS = frozenset(
         "jwt",
         "jwt_secret",
         "supabase_jwt_secret",
+        "ticket",
+        "stream_ticket",
     }
 )
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*):(?P<pw>[^@/\s]+)@", re.I)
+# A stream ticket in a URL's query (uvicorn's access log prints the request line with it).
+_QUERY_TICKET = re.compile(r"(?P<head>[?&]ticket=)[^&#\s\"']+", re.I)
+_TICKET = re.compile(r"\bst1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}")  # anywhere else
 _registered: set[str] = set()
 
 
@@ -69,12 +74,29 @@ def register_database_url(url: str | None) -> None:
 
 
 def redact_text(text: str) -> str:
-    """`text` with URL passwords and registered secrets masked."""
+    """`text` with URL passwords, stream tickets and registered secrets masked."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
+    text = _QUERY_TICKET.sub(lambda m: f"{m.group('head')}{MASK}", text)
+    text = _TICKET.sub(MASK, text)
     for secret in _registered:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+class RedactRecordArgs(logging.Filter):
+    """Mask secrets in a stdlib record's message and arguments before any handler formats it.
+
+    Installed on `uvicorn.access`, whose request line (an argument) carries the query string, so
+    that even a handler other than ours never sees a stream ticket.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_text(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_text(a) if isinstance(a, str) else a for a in record.args)
+        return True
 
 
 def _redact_value(key: str, value: Any) -> Any:
@@ -176,3 +198,6 @@ def configure_logging(settings: Settings, *, process: str | None = None) -> None
     root.setLevel(level)
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactRecordArgs) for f in access.filters):
+        access.addFilter(RedactRecordArgs())

@@ -24,6 +24,7 @@ from app.api.routes import (
     runs,
     sessions,
     stream,
+    stream_tickets,
     tools,
 )
 from app.api.schemas import ErrorResponse, error_responses
@@ -94,7 +95,18 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
-    for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
+    for module in (
+        runs,
+        stream,
+        stream_tickets,
+        sessions,
+        agents,
+        tools,
+        policies,
+        approvals,
+        memory,
+        health,
+    ):
         _document_body_errors(module.router)
         _document_auth_unavailable(module.router)
         app.include_router(module.router)

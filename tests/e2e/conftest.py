@@ -44,6 +44,18 @@ class Stack:
     def headers(self, user: str = "alice", tenant: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(user, tenant)}"}
 
+    def restart_api(self) -> None:
+        """Stop the API process (SIGTERM) and start a new one on the same port; wait until ready."""
+        assert self.api is not None
+        self.api.send_signal(signal.SIGTERM)
+        try:
+            self.api.wait(15)
+        except subprocess.TimeoutExpired:
+            self.api.kill()
+            self.api.wait()
+        self.api = _spawn(["api"], self.env, self.log_dir / "api.log")
+        _wait_ready(self)
+
     def start_worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
         proc = _spawn(["worker"], {**self.env, **env}, self.log_dir / f"{name}.log")
         self.workers[name] = proc
@@ -141,7 +153,28 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
 
 
 @pytest.fixture
-def stack(db_url: str, tmp_path: Path) -> Iterator[Stack]:
+def stack_env() -> dict[str, str]:
+    """Extra environment of the stack's processes (override in a test module to add settings)."""
+    return {}
+
+
+def _wait_ready(st: Stack) -> None:
+    assert st.api is not None
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"{st.base_url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or st.api.poll() is not None:
+            st.stop()
+            raise AssertionError(f"API did not become ready\n{st.logs()}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def stack(db_url: str, tmp_path: Path, stack_env: dict[str, str]) -> Iterator[Stack]:
     """API + two workers, short leases so takeover is quick."""
     port = free_port()
     env = {
@@ -157,22 +190,13 @@ def stack(db_url: str, tmp_path: Path) -> Iterator[Stack]:
         "SSE_KEEPALIVE_SECONDS": "2",
         "AGENT_RUNTIME_DATA_DIR": str(tmp_path / "data"),
         "LOG_LEVEL": "INFO",
+        **stack_env,
     }
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
     st.api = _spawn(["api"], env, tmp_path / "api.log")
     st.start_worker("w1")
     st.start_worker("w2")
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(f"{st.base_url}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or st.api.poll() is not None:
-            st.stop()
-            raise AssertionError(f"API did not become ready\n{st.logs()}")
-        time.sleep(0.1)
+    _wait_ready(st)
     time.sleep(0.5)  # workers' LISTEN connections up
     try:
         yield st

@@ -16,10 +16,11 @@ from uuid import UUID
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import CurrentPrincipal, QueueDep, RunIdQuery, Runtime, RuntimeDep
+from app.api.deps import QueueDep, RunIdQuery, Runtime, RuntimeDep
 from app.api.errors import ApiError
 from app.api.routes.runs import run_not_found
 from app.api.schemas import MAX_SEQ, error_responses
+from app.api.stream_auth import StreamPrincipal
 from app.auth.principal import Principal
 from app.core.events import TERMINAL_EVENTS, RunEvent, wire_json
 from app.core.state_machine import TERMINAL_STATUSES
@@ -74,7 +75,7 @@ def parse_last_event_id(value: str | None, field: str) -> int:
     },
 )
 async def stream_run(
-    principal: CurrentPrincipal,
+    principal: StreamPrincipal,
     queue: QueueDep,
     runtime: RuntimeDep,
     run_id: RunIdQuery,
