@@ -17,6 +17,7 @@ from app.api.limits import BodySizeLimit
 from app.api.routes import (
     agents,
     approvals,
+    files,
     health,
     memory,
     policies,
@@ -91,11 +92,12 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, exempt=files.is_upload)
     install_error_handlers(app)
     for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
         _document_body_errors(module.router)
         app.include_router(module.router)
+    app.include_router(files.router)  # raw-byte uploads: documents its own body errors
     return app
 
 
