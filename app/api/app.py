@@ -18,6 +18,7 @@ from app.api.limits import BodySizeLimit
 from app.api.routes import (
     agents,
     approvals,
+    files,
     health,
     memory,
     policies,
@@ -92,7 +93,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     )
     app.state.settings = settings
     verifier = app.state.verifier = TokenVerifier.from_settings(settings)
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, exempt=files.is_upload)
     install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
     for module in (
@@ -110,6 +111,8 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         _document_body_errors(module.router)
         _document_auth_unavailable(module.router)
         app.include_router(module.router)
+    _document_auth_unavailable(files.router)
+    app.include_router(files.router)  # raw-byte uploads: documents its own body errors
     return app
 
 

@@ -1,9 +1,12 @@
 """A request-body size limit that answers in the API's JSON error shape.
 
-(Starlette's own limiter answers a declared oversize body with a plain-text 413.)
+(Starlette's own limiter answers a declared oversize body with a plain-text 413.) Routes that
+take raw uploads with their own, configurable limit are exempted by `exempt`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
@@ -15,13 +18,16 @@ from app.api.errors import error_body
 class BodySizeLimit:
     """ASGI middleware: 413 for a request body over `max_bytes` (declared or streamed)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, exempt: Callable[[Scope], bool] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Reject early on `Content-Length`; otherwise count bytes as the app reads them."""
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
         message = f"request body is larger than {self.max_bytes} bytes"

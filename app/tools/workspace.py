@@ -4,6 +4,10 @@ Whichever worker runs the session's next run sees the same files, so tools never
 worker's local disk. Paths are plain keys (`dir/sub/file.txt`), normalised and checked by
 `normalize_path`; directories exist only as prefixes of file paths. The store has no symlinks
 (or any other indirection), so a checked path always names exactly its own row.
+
+The file tools and the HTTP file API (`app/api/routes/files.py`) both go through `Workspace`, so
+they share one set of path rules and caps. Failures are `ToolError`s (the tools feed the message
+back to the model); their subclasses let the API answer each with its own status.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from sqlalchemy import delete, func, select
@@ -30,6 +36,30 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 class InvalidPathError(ToolError):
     """A path the workspace refuses (escapes, absolute, control characters, too long, …)."""
+
+
+class NoSuchFileError(ToolError):
+    """No file at the path; `is_directory`: there are files below it."""
+
+    def __init__(self, message: str, *, is_directory: bool = False) -> None:
+        super().__init__(message)
+        self.is_directory = is_directory
+
+
+class PathConflictError(ToolError):
+    """A write where a directory is, or below a file."""
+
+
+class FileTooLargeError(ToolError):
+    """A file over the per-file cap."""
+
+
+class WorkspaceFullError(ToolError):
+    """A write that would take the workspace over its total cap."""
+
+
+class WorkspaceUnavailableError(ToolError):
+    """The session is not visible to the principal (gone, or another tenant's)."""
 
 
 def _is_control(ch: str) -> bool:
@@ -78,8 +108,35 @@ class FileInfo:
     sha256: str
 
 
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """A stored file as the file API lists it: `FileInfo` plus its timestamps."""
+
+    path: str
+    size: int
+    sha256: str
+    created_at: datetime
+    updated_at: datetime
+
+
 def _under(prefix: str) -> str:
     return prefix + "/"
+
+
+def _entry(row: Any) -> FileEntry:
+    return FileEntry(row.path, row.size, row.sha256, row.created_at, row.updated_at)
+
+
+# Paths are ordered by code point (= UTF-8 byte order, = Python's str order) whatever the
+# database's collation, so that keyset pages are stable and match `sorted()`.
+_path_in_c = WorkspaceFile.path.collate("C")
+_ENTRY_COLUMNS = (
+    WorkspaceFile.path,
+    WorkspaceFile.size,
+    WorkspaceFile.sha256,
+    WorkspaceFile.created_at,
+    WorkspaceFile.updated_at,
+)
 
 
 class Workspace:
@@ -101,6 +158,32 @@ class Workspace:
         self.max_total_bytes = max_total_bytes
 
     @classmethod
+    async def for_session_key(
+        cls,
+        db: Database,
+        principal: Principal,
+        session_key: str,
+        *,
+        max_file_bytes: int,
+        max_total_bytes: int,
+    ) -> Workspace | None:
+        """The workspace of the principal's session `session_key`; None when the tenant has no
+        such session (another tenant's does not exist here: RLS)."""
+        async with db.tenant(principal) as s:
+            session_id = await s.scalar(
+                select(AgentSession.id).where(AgentSession.session_key == session_key)
+            )
+        if session_id is None:
+            return None
+        return cls(
+            db,
+            principal,
+            session_id,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
+        )
+
+    @classmethod
     def for_tool(cls, ctx: ToolContext) -> Workspace:
         """The workspace of the session a tool call runs in, with the configured caps."""
         return cls(
@@ -113,10 +196,16 @@ class Workspace:
 
     async def write(self, path: str, content: bytes) -> FileInfo:
         """Create or replace the file at `path` (normalised), within the size caps."""
+        entry, _created = await self.put(path, content)
+        return FileInfo(path=entry.path, size=entry.size, sha256=entry.sha256)
+
+    async def put(self, path: str, content: bytes) -> tuple[FileEntry, bool]:
+        """Create or replace the file at `path` (normalised), within the size caps; the stored
+        file, and whether it was created (False: replaced)."""
         path = normalize_path(path)
         size = len(content)
         if size > self.max_file_bytes:
-            raise ToolError(
+            raise FileTooLargeError(
                 f"{path}: {size} bytes exceeds the per-file limit of {self.max_file_bytes} bytes"
             )
         digest = hashlib.sha256(content).hexdigest()
@@ -127,56 +216,88 @@ class Workspace:
                 select(AgentSession.id).where(AgentSession.id == self.session_id).with_for_update()
             )
             if locked is None:
-                raise ToolError("the session's workspace is not accessible")
+                raise WorkspaceUnavailableError("the session's workspace is not accessible")
             await self._check_no_conflict(s, path)
+            # Locked too, so a concurrent delete cannot make "replaced" untrue before we commit.
+            existed = await s.scalar(
+                select(WorkspaceFile.path)
+                .where(WorkspaceFile.session_id == self.session_id, WorkspaceFile.path == path)
+                .with_for_update()
+            )
             others = await s.scalar(
                 select(func.coalesce(func.sum(WorkspaceFile.size), 0)).where(
                     WorkspaceFile.session_id == self.session_id, WorkspaceFile.path != path
                 )
             )
             if (others or 0) + size > self.max_total_bytes:
-                raise ToolError(
+                raise WorkspaceFullError(
                     f"{path}: writing {size} bytes would exceed the workspace limit of "
                     f"{self.max_total_bytes} bytes ({others} bytes used by other files)"
                 )
-            await s.execute(
-                insert(WorkspaceFile)
-                .values(
-                    tenant_id=self.principal.tenant_id,
-                    session_id=self.session_id,
-                    path=path,
-                    content=content,
-                    size=size,
-                    sha256=digest,
+            row = (
+                await s.execute(
+                    insert(WorkspaceFile)
+                    .values(
+                        tenant_id=self.principal.tenant_id,
+                        session_id=self.session_id,
+                        path=path,
+                        content=content,
+                        size=size,
+                        sha256=digest,
+                    )
+                    .on_conflict_do_update(
+                        index_elements=[WorkspaceFile.session_id, WorkspaceFile.path],
+                        set_={
+                            "content": content,
+                            "size": size,
+                            "sha256": digest,
+                            "updated_at": func.now(),
+                        },
+                    )
+                    .returning(*_ENTRY_COLUMNS)
                 )
-                .on_conflict_do_update(
-                    index_elements=[WorkspaceFile.session_id, WorkspaceFile.path],
-                    set_={
-                        "content": content,
-                        "size": size,
-                        "sha256": digest,
-                        "updated_at": func.now(),
-                    },
-                )
-            )
-        return FileInfo(path=path, size=size, sha256=digest)
+            ).one()
+        return _entry(row), existed is None
 
     async def read(self, path: str) -> tuple[FileInfo, bytes]:
-        """The file at `path` (normalised); `ToolError` if there is none."""
+        """The file at `path` (normalised); `NoSuchFileError` if there is none."""
+        entry, content = await self.read_entry(path)
+        return FileInfo(path=entry.path, size=entry.size, sha256=entry.sha256), content
+
+    async def read_entry(self, path: str) -> tuple[FileEntry, bytes]:
+        """The file at `path` (normalised) with its timestamps, and its content;
+        `NoSuchFileError` if there is none (its message says when `path` is a directory)."""
         path = normalize_path(path)
         async with self.db.tenant(self.principal) as s:
             row = (
                 await s.execute(
-                    select(WorkspaceFile.size, WorkspaceFile.sha256, WorkspaceFile.content).where(
+                    select(*_ENTRY_COLUMNS, WorkspaceFile.content).where(
                         WorkspaceFile.session_id == self.session_id, WorkspaceFile.path == path
                     )
                 )
             ).one_or_none()
             if row is None:
                 if await self._has_files_under(s, path):
-                    raise ToolError(f"{path} is a directory; use list_files")
-                raise ToolError(f"no such file: {path}")
-        return FileInfo(path=path, size=row.size, sha256=row.sha256), bytes(row.content)
+                    raise NoSuchFileError(
+                        f"{path} is a directory; use list_files", is_directory=True
+                    )
+                raise NoSuchFileError(f"no such file: {path}")
+        return _entry(row), bytes(row.content)
+
+    async def page(
+        self, prefix: str | None = None, *, after: str | None = None, limit: int = 200
+    ) -> list[FileEntry]:
+        """Up to `limit` files under directory `prefix` (all if None) whose path sorts after
+        `after` (keyset), in path order. A `prefix` that names a file lists nothing."""
+        directory = None if prefix is None else normalize_path(prefix)
+        query = select(*_ENTRY_COLUMNS).where(WorkspaceFile.session_id == self.session_id)
+        if directory is not None:
+            query = query.where(WorkspaceFile.path.startswith(_under(directory), autoescape=True))
+        if after is not None:
+            query = query.where(_path_in_c > after)
+        async with self.db.tenant(self.principal) as s:
+            rows = (await s.execute(query.order_by(_path_in_c).limit(limit))).all()
+        return [_entry(r) for r in rows]
 
     async def list_files(self, prefix: str | None = None) -> tuple[list[FileInfo], bool]:
         """Files under directory `prefix` (all files if None), sorted; and whether cut short."""
@@ -253,6 +374,6 @@ class Workspace:
                 .limit(1)
             )
             if clash is not None:
-                raise ToolError(f"cannot write {path}: {clash} is a file")
+                raise PathConflictError(f"cannot write {path}: {clash} is a file")
         if await self._has_files_under(s, path):
-            raise ToolError(f"cannot write {path}: it is a directory")
+            raise PathConflictError(f"cannot write {path}: it is a directory")
