@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 from fastapi.security import HTTPAuthorizationCredentials
 
-from app.api.deps import RunIdQuery, SettingsDep, bearer, current_principal
+from app.api.deps import RunIdQuery, SettingsDep, VerifierDep, bearer, current_principal
 from app.api.errors import ApiError
 from app.auth.principal import Principal
 from app.auth.stream_ticket import MAX_TICKET_CHARS, TicketError, ticket_key, verify_ticket
@@ -32,6 +32,7 @@ TicketQuery = Annotated[
 
 async def stream_principal(
     settings: SettingsDep,
+    verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     run_id: RunIdQuery,
     ticket: TicketQuery = None,
@@ -39,7 +40,7 @@ async def stream_principal(
     """The ticket's principal when `ticket` is given (the bearer token is then not used), else the
     bearer's; 401 for an invalid, expired or other run's ticket."""
     if ticket is None:
-        return await current_principal(settings, credentials)
+        return await current_principal(verifier, credentials)
     key = ticket_key(settings)
     if key is None:
         raise ApiError(401, "this server cannot verify stream tickets", field="ticket")

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from app.auth.principal import Principal
+from app.core.transcript import ToolCall
 from app.db.engine import Database
-from app.runtime.messages import ToolCall
 from app.tools.registry import default_tool_registry
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 from tests.integration.tool_support import context_for
