@@ -17,6 +17,7 @@ from app.api.limits import BodySizeLimit
 from app.api.routes import (
     agents,
     approvals,
+    chat,
     health,
     memory,
     policies,
@@ -93,7 +94,18 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     app.state.settings = settings
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
-    for module in (runs, stream, sessions, agents, tools, policies, approvals, memory, health):
+    for module in (
+        runs,
+        stream,
+        chat,
+        sessions,
+        agents,
+        tools,
+        policies,
+        approvals,
+        memory,
+        health,
+    ):
         _document_body_errors(module.router)
         app.include_router(module.router)
     return app
