@@ -11,7 +11,10 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup sysdeps run test lint fmt bench clean distclean
+AI_SDK := tests/e2e/ai_sdk
+AI_SDK_STAMP := $(AI_SDK)/node_modules/.installed
+
+.PHONY: help setup sysdeps npmdeps run test lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -44,10 +47,21 @@ sysdeps: ## install bubblewrap and chromium from the distribution when missing (
 	    echo "warning: chromium is not installed: tests/e2e/test_browser_stream.py will fail"; \
 	  fi; }
 
+# The AI SDK client the chat end-to-end tests drive (tests/e2e/test_ai_sdk_chat.py), pinned by its
+# package-lock.json; installed into the ignored node_modules only when the lock file changes.
+$(AI_SDK_STAMP): $(AI_SDK)/package-lock.json $(AI_SDK)/package.json
+	@echo "installing the AI SDK test client into $(AI_SDK)/node_modules (only when its lock changes)…"
+	npm ci --prefix $(AI_SDK) --no-audit --no-fund --loglevel=error
+	touch $(AI_SDK_STAMP)
+
+npmdeps: ## install the npm test client (the `ai` package) when node/npm are present
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(AI_SDK_STAMP); \
+	else echo "warning: npm is not installed: the AI SDK end-to-end tests will be skipped"; fi
+
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) sysdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
+test: $(STAMP) sysdeps npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)

@@ -18,6 +18,7 @@ from app.api.limits import BodySizeLimit
 from app.api.routes import (
     agents,
     approvals,
+    chat,
     files,
     health,
     memory,
@@ -100,6 +101,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         runs,
         stream,
         stream_tickets,
+        chat,
         sessions,
         agents,
         tools,

@@ -11,6 +11,8 @@ summarises them:
 * `/sleep MS` waits MS milliseconds (`asyncio.sleep`: cancellation interrupts it) before the
   *answer*: on the first turn when there are no tool calls, else on the turn summarising them;
 * `/fail` makes the call fail with `ModelError("model_error", ...)`;
+* `/think TEXT` streams TEXT as reasoning (`ThinkingDelta`, in two chunks) before the first
+  turn's answer or calls;
 * otherwise it answers `You said: <the message, verbatim>`, streamed in at least two chunks.
 
 After tool results it answers one line per result: `<tool name> ok: <result>` or
@@ -51,6 +53,7 @@ from app.llm.base import (
     ModelEvent,
     ModelRequest,
     TextDelta,
+    ThinkingDelta,
     ToolCallEvent,
     Usage,
 )
@@ -62,6 +65,7 @@ QUOTE_MAX = 80
 _TOOL_LINE = re.compile(r"^/tool\s+(\S+)(?:\s+(.*))?$", re.DOTALL)
 _SLEEP_LINE = re.compile(r"^/sleep\s+(\d+)$")
 _FAIL_LINE = "/fail"
+_THINK_LINE = re.compile(r"^/think\s+(.+)$")
 
 
 @dataclass(slots=True)
@@ -72,10 +76,12 @@ class Directives:
     """(name, args, the directive line) per `/tool` line, in order."""
     sleep_ms: int = 0
     fail: bool = False
+    thinking: list[str] = field(default_factory=list)
+    """The text of each `/think` line, in order."""
 
 
 def parse_directives(text: str) -> Directives:
-    """Find `/tool`, `/sleep` and `/fail` lines (leading/trailing spaces ignored)."""
+    """Find `/tool`, `/sleep`, `/fail` and `/think` lines (leading/trailing spaces ignored)."""
     found = Directives()
     for raw_line in text.splitlines():
         line = raw_line.strip()
@@ -85,6 +91,8 @@ def parse_directives(text: str) -> Directives:
             found.sleep_ms += int(m.group(1))
         elif line == _FAIL_LINE:
             found.fail = True
+        elif m := _THINK_LINE.match(line):
+            found.thinking.append(m.group(1))
     return found
 
 
@@ -202,6 +210,9 @@ class OfflineModel(Model):
 
         if directives.sleep_ms and not directives.tool_calls:
             await asyncio.sleep(directives.sleep_ms / 1000)
+        for thought in directives.thinking:
+            for chunk in split_chunks(thought, 2):
+                yield ThinkingDelta(chunk)
         if directives.fail:
             raise ModelError("model_error", "the offline model failed on request (/fail)")
         if directives.tool_calls:

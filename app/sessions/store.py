@@ -19,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import AgentSession, ContextSnapshot, SessionMessage
+from app.db.models import AgentSession, ContextSnapshot, Run, SessionMessage
 
 
 class InvalidCursorError(ValueError):
@@ -110,3 +110,18 @@ async def list_compactions(
         .limit(limit)
     )
     return list(rows)
+
+
+ACTIVE_STATUSES = ("queued", "running", "awaiting_approval")
+
+
+async def active_run_id(session: AsyncSession, session_key: str) -> UUID | None:
+    """The session's active run: the running or parked one, else the first queued one (None
+    when the session is idle or unknown)."""
+    return await session.scalar(
+        select(Run.id)
+        .join(AgentSession, AgentSession.id == Run.session_id)
+        .where(AgentSession.session_key == session_key, Run.status.in_(ACTIVE_STATUSES))
+        .order_by((Run.status == "queued").asc(), Run.queue_seq)
+        .limit(1)
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -66,6 +67,17 @@ class Api:
     def stream(self, params: dict[str, str], headers: dict[str, str]) -> SSEConnection:
         return SSEConnection(self.app, "/api/agent-runtime/stream", params, headers)
 
+    def stream_get(self, path: str, headers: dict[str, str]) -> SSEConnection:
+        """A streaming GET of any path."""
+        return SSEConnection(self.app, path, {}, headers)
+
+    def stream_post(self, path: str, body: Any, headers: dict[str, str]) -> SSEConnection:
+        """A streaming POST of a JSON body."""
+        json_headers = {**headers, "Content-Type": "application/json"}
+        return SSEConnection(
+            self.app, path, {}, json_headers, method="POST", body=json.dumps(body).encode()
+        )
+
 
 @contextlib.asynccontextmanager
 async def running_api(
@@ -120,17 +132,26 @@ def parse_frames(text: str) -> tuple[list[Frame], str]:
 
 
 class SSEConnection:
-    """A streaming GET against the ASGI app: read frames as they come, disconnect at will."""
+    """A streaming request (GET unless told) against the ASGI app: read frames as they come,
+    disconnect at will."""
 
     def __init__(
-        self, app: FastAPI, path: str, params: dict[str, str], headers: dict[str, str]
+        self,
+        app: FastAPI,
+        path: str,
+        params: dict[str, str],
+        headers: dict[str, str],
+        *,
+        method: str = "GET",
+        body: bytes = b"",
     ) -> None:
         self._app = app
+        self._body = body
         self._scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": "3.0"},
             "http_version": "1.1",
-            "method": "GET",
+            "method": method,
             "scheme": "http",
             "path": path,
             "raw_path": path.encode(),
@@ -167,7 +188,7 @@ class SSEConnection:
     async def _receive(self) -> dict[str, Any]:
         if not self._request_sent:
             self._request_sent = True
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": self._body, "more_body": False}
         await self._disconnect.wait()
         return {"type": "http.disconnect"}
 

@@ -15,6 +15,7 @@ from app.llm.base import (
     ModelEvent,
     ModelRequest,
     TextDelta,
+    ThinkingDelta,
     ToolCallEvent,
     Usage,
 )
@@ -105,6 +106,16 @@ async def test_fail_raises_model_error() -> None:
     with pytest.raises(ModelError) as info:
         await collect(UserMessage(text="please\n/fail"))
     assert info.value.code == "model_error" and "/fail" in info.value.message
+
+
+async def test_think_streams_reasoning_before_the_first_turn() -> None:
+    events = await collect(UserMessage(text="/think weigh it up\n/tool list_files"))
+    thoughts = [e for e in events if isinstance(e, ThinkingDelta)]
+    assert len(thoughts) == 2 and "".join(t.text for t in thoughts) == "weigh it up"
+    assert events.index(thoughts[-1]) < events.index(
+        next(e for e in events if isinstance(e, ToolCallEvent))
+    )
+    assert parse_directives("/think a\n/think b").thinking == ["a", "b"]
 
 
 async def test_sleep_waits_then_answers() -> None:

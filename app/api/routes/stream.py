@@ -1,8 +1,7 @@
 """The SSE replay of a run: stored events replayed, then live ones, until a terminal event.
 
-One loop serves both phases — "read events after the last one sent; send them; stop after a
-terminal event; else wait for a wake-up or the fallback poll" — so nothing is lost or sent
-twice at the replay/live boundary: the database, not the notification, decides what comes next.
+The reading (replay, then live, without loss or repeats at the boundary) is `run_feed.follow_run`,
+shared with the other framings; this module frames each event as SSE.
 """
 
 from __future__ import annotations
@@ -19,16 +18,13 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.api.deps import QueueDep, RunIdQuery, Runtime, RuntimeDep
 from app.api.errors import ApiError
 from app.api.routes.runs import run_not_found
+from app.api.run_feed import follow_run
 from app.api.schemas import MAX_SEQ, error_responses
 from app.api.stream_auth import StreamPrincipal
 from app.auth.principal import Principal
-from app.core.events import TERMINAL_EVENTS, RunEvent, wire_json
-from app.core.state_machine import TERMINAL_STATUSES
-from app.queue.event_log import events_after, run_status
+from app.core.events import RunEvent, wire_json
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
-
-BATCH = 200
 
 _SSE_DOC = (
     "`text/event-stream`. Each event has `id` = the run's event seq (1, 2, …), `event` = its "
@@ -104,26 +100,9 @@ async def stream_run(
 async def run_event_stream(
     runtime: Runtime, principal: Principal, run_id: UUID, after_seq: int
 ) -> AsyncIterator[ServerSentEvent]:
-    """The events of `run_id` after `after_seq`, ending after a terminal one."""
-    last = after_seq
-    with runtime.hub.subscribe(run_id) as wakeup:  # before the first read: no wake-up is missed
-        while True:
-            async with runtime.db.tenant(principal) as s:
-                # Status first: a terminal status read here guarantees that the events read
-                # next (a later snapshot) include the terminal event committed with it.
-                status = await run_status(s, run_id)
-                events = await events_after(s, run_id, last, limit=BATCH)
-            for event in events:
-                yield sse_frame(event)
-                assert event.seq is not None  # stored events have their envelope
-                last = event.seq
-                if event.type in TERMINAL_EVENTS:
-                    return
-            if len(events) == BATCH:
-                continue  # more backlog: read on without waiting
-            if not events and (status is None or status in TERMINAL_STATUSES):
-                return  # finished (its terminal event is at or before `last`) or gone
-            await wakeup.wait(runtime.hub.poll_seconds)
+    """The events of `run_id` after `after_seq` as SSE frames, ending after a terminal one."""
+    async for event in follow_run(runtime, principal, run_id, after_seq):
+        yield sse_frame(event)
 
 
 def sse_frame(event: RunEvent) -> ServerSentEvent:
