@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from app.core.tokens import estimate_message_tokens, estimate_text_tokens
 from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 from app.llm.base import ToolSpec
-from app.runtime.transcript import Entry
+from app.runtime.transcript_store import Entry
 
 MISSING_RESULT = "no result was recorded for this call (its run ended before the tool finished)"
 SUMMARY_HEADER = (

@@ -44,7 +44,7 @@ from app.runtime.conversation import converse
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
-from app.runtime.transcript import append_messages, load_transcript
+from app.runtime.transcript_store import append_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
 
 log = structlog.get_logger(__name__)

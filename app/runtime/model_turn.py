@@ -47,7 +47,7 @@ from app.llm.base import (
 from app.llm.failures import CONTEXT_TOO_LONG
 from app.runtime.compaction import prepare_context
 from app.runtime.run_state import RunState
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 from app.runtime.usage import record_usage
 
 ExtraEvents = Callable[[AssistantMessage], Sequence[RunEvent]]

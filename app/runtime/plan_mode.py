@@ -56,7 +56,7 @@ from app.runtime.plan_protocol import (
     step_instruction,
 )
 from app.runtime.run_state import RunFailed, RunState
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 from app.runtime.usage import record_usage
 
 PLAN_INVALID = "plan_invalid"

@@ -26,7 +26,7 @@ from app.llm.base import Model
 from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary
-from app.runtime.transcript import Entry
+from app.runtime.transcript_store import Entry
 from app.tools.registry import ToolRegistry
 
 

@@ -25,7 +25,7 @@ from app.core.events import ToolCompletedEvent, ToolFailedEvent, ToolStartedEven
 from app.core.transcript import ToolCall, ToolResult
 from app.db.models import ToolApproval, ToolExecution
 from app.queue.lease import FencedWrite, LeasedRun
-from app.runtime.transcript import insert_messages
+from app.runtime.transcript_store import insert_messages
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import pytest
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
 
 pytestmark = pytest.mark.timeout(30)

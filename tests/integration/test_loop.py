@@ -33,7 +33,7 @@ from app.runtime.model_turn import unique_tool_call_ids
 from app.runtime.run_state import Entry
 from app.runtime.tool_execution import INTERRUPTED
 from app.runtime.tool_records import tool_finished, tool_started
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 from app.tools.base import Tool, ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.workspace_tools import workspace_tools

@@ -14,7 +14,7 @@ from app.core.transcript import UserMessage
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMess
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
-from app.runtime.transcript import append_messages
+from app.runtime.transcript_store import append_messages
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.sessions_tools import MAX_HISTORY_CHARS, MAX_TEXT_CHARS, sessions_tools
