@@ -291,3 +291,20 @@ class ToolTrust(Base):
     granted_by: Mapped[str] = mapped_column(Text)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
+
+
+class IdempotencyKey(Base):
+    """The first answer to a request sent with an `Idempotency-Key`, per tenant and user."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    request_hash: Mapped[str] = mapped_column(Text)
+    """sha256 of the canonical JSON of the operation and its request body."""
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """The first answer's JSON body; None when it was streamed (the run is streamed again)."""
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -105,33 +105,43 @@ class RunQueue:
     ) -> EnqueuedRun:
         """Queue a run of `message` in the session's lane (creating the session if new)."""
         async with self.db.tenant(principal) as s:
-            if agent_id is not None:
-                agent = await get_agent(s, agent_id)
-                if agent is None:
-                    raise NotFoundError("agentId", f"agent {agent_id} not found")
-            else:
-                agent = None
-            key = session_key or new_session_key()
-            agent_session = await self._get_or_create_session(s, principal, key, agent)
-            run_agent = agent.id if agent is not None else agent_session.agent_id
-            run_id = await s.scalar(
-                insert(Run)
-                .values(
-                    tenant_id=principal.tenant_id,
-                    session_id=agent_session.id,
-                    agent_id=run_agent,
-                    user_id=principal.user_id,
-                    input={"message": message},
-                )
-                .returning(Run.id)
+            return await self.enqueue_in(
+                s, principal, message=message, session_key=session_key, agent_id=agent_id
             )
-            assert run_id is not None
-            await emit_unleased(
-                s,
-                run_id,
-                principal.tenant_id,
-                [RunQueuedEvent(session_key=key)],
+
+    async def enqueue_in(
+        self,
+        s: AsyncSession,
+        principal: Principal,
+        *,
+        message: str,
+        session_key: str | None = None,
+        agent_id: UUID | None = None,
+    ) -> EnqueuedRun:
+        """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
+        request's idempotency key, and commits or rolls back the run with it)."""
+        if agent_id is not None:
+            agent = await get_agent(s, agent_id)
+            if agent is None:
+                raise NotFoundError("agentId", f"agent {agent_id} not found")
+        else:
+            agent = None
+        key = session_key or new_session_key()
+        agent_session = await self._get_or_create_session(s, principal, key, agent)
+        run_agent = agent.id if agent is not None else agent_session.agent_id
+        run_id = await s.scalar(
+            insert(Run)
+            .values(
+                tenant_id=principal.tenant_id,
+                session_id=agent_session.id,
+                agent_id=run_agent,
+                user_id=principal.user_id,
+                input={"message": message},
             )
+            .returning(Run.id)
+        )
+        assert run_id is not None
+        await emit_unleased(s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=key)])
         return EnqueuedRun(run_id=run_id, session_key=key)
 
     async def _get_or_create_session(

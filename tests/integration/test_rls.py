@@ -77,6 +77,11 @@ INSERTS: dict[str, str] = {
         "INSERT INTO tool_trust (tenant_id, session_id, tool, granted_by, expires_at) "
         "VALUES (:tenant, :session, :name, 'u', now() + interval '1 hour')"
     ),
+    "idempotency_keys": (
+        "INSERT INTO idempotency_keys (tenant_id, user_id, key, request_hash, run_id, "
+        "status_code, expires_at) "
+        "VALUES (:tenant, 'u', :name, 'h', :run, 202, now() + interval '1 hour')"
+    ),
 }
 TABLES = list(INSERTS)
 

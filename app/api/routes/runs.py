@@ -6,9 +6,18 @@ from typing import Annotated, Any, cast
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, QueueDep, RunIdQuery
 from app.api.errors import ApiError
+from app.api.idempotency import (
+    IdempotencyKeyHeader,
+    answer_idempotently,
+    idempotent_responses,
+    json_answer,
+)
 from app.api.schemas import (
     MAX_SEQ,
     CancelResult,
@@ -24,6 +33,7 @@ from app.api.schemas import (
     error_responses,
 )
 from app.queue import event_log
+from app.queue.idempotency import Answer
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -37,16 +47,39 @@ def run_not_found(run_id: UUID) -> ApiError:
     "",
     status_code=202,
     response_model=RunAccepted,
-    responses=error_responses(400, 401, 404, 413, 415, 422),
+    responses={**error_responses(400, 401, 404, 413, 415, 422), **idempotent_responses(202)},
 )
 async def create_run(
-    principal: CurrentPrincipal, queue: QueueDep, _json: JsonBody, body: RunRequest
-) -> RunAccepted:
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    queue: QueueDep,
+    _json: JsonBody,
+    body: RunRequest,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> JSONResponse:
     """Queue a message in a session (a new session unless `sessionKey` is given)."""
-    enqueued = await queue.enqueue_run(
-        principal, message=body.message, session_key=body.session_key, agent_id=body.agent_id
+
+    async def enqueue(s: AsyncSession) -> Answer:
+        enqueued = await queue.enqueue_in(
+            s, principal, message=body.message, session_key=body.session_key, agent_id=body.agent_id
+        )
+        accepted = RunAccepted(run_id=enqueued.run_id, session_key=enqueued.session_key)
+        return Answer(run_id=enqueued.run_id, status_code=202, body=_json_of(accepted))
+
+    outcome = await answer_idempotently(
+        db,
+        principal,
+        idempotency_key,
+        operation="runs.create",
+        body=_json_of(body),
+        create=enqueue,
     )
-    return RunAccepted(run_id=enqueued.run_id, session_key=enqueued.session_key)
+    return json_answer(outcome)
+
+
+def _json_of(model: BaseModel) -> dict[str, Any]:
+    """The model as its wire JSON (camelCase)."""
+    return model.model_dump(mode="json", by_alias=True)
 
 
 @router.get("/status", response_model=RunStatus, responses=error_responses(401, 404, 422))
