@@ -170,3 +170,26 @@ async def test_resume_is_204_when_idle_and_replays_the_active_run(api: Api) -> N
     assert {"type": "finish", "finishReason": "stop"} in chunks
     r = await api.client.get(f"{CHAT}/chat-9/stream", headers=auth())
     assert r.status_code == 204
+
+
+async def test_a_retried_chat_post_with_the_same_idempotency_key_streams_the_same_run(
+    api: Api,
+) -> None:
+    keyed = {**auth(), "Idempotency-Key": "chat-retry-1"}
+    first = api.stream_post(CHAT, body("once"), keyed)
+    async with first:
+        assert first.status == 200 and "idempotent-replayed" not in first.headers
+        frame = await first.next_frame()
+        assert frame is not None and frame.data is not None
+        run_id = json.loads(frame.data)["messageId"]
+    again = api.stream_post(CHAT, body("once"), keyed)
+    async with again:
+        assert again.status == 200 and again.headers["idempotent-replayed"] == "true"
+        frame = await again.next_frame()
+        assert frame is not None and frame.data is not None
+        assert json.loads(frame.data)["messageId"] == run_id
+    # one run was queued: the worker finds it, and nothing after it
+    assert await work(api, run_id) == "once"
+    assert await api.runtime.queue.claim_next("w", 30) is None
+    r = await api.client.post(CHAT, json=body("something else"), headers=keyed)
+    assert r.status_code == 422 and error_of(r)["code"] == "idempotency_key_reused", r.text

@@ -15,6 +15,7 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.adapters.ui_message_stream import (
@@ -26,9 +27,16 @@ from app.api.adapters.ui_message_stream import (
 from app.api.chat_schemas import ChatRequest
 from app.api.deps import CurrentPrincipal, JsonBody, QueueDep, Runtime, RuntimeDep
 from app.api.errors import ApiError
+from app.api.idempotency import (
+    IdempotencyKeyHeader,
+    answer_idempotently,
+    idempotent_responses,
+    replayed_headers,
+)
 from app.api.run_feed import follow_run
 from app.api.schemas import SESSION_KEY_PATTERN, error_responses
 from app.auth.principal import Principal
+from app.queue.idempotency import Answer
 from app.sessions.store import active_run_id
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["chat"])
@@ -78,7 +86,11 @@ ChatIdPath = Annotated[
 @router.post(
     "/chat",
     response_class=EventSourceResponse,
-    responses={200: _STREAM_RESPONSE, **error_responses(401, 404, 422)},
+    responses={
+        **error_responses(401, 404, 422),
+        **idempotent_responses(200),
+        200: {**_STREAM_RESPONSE, **idempotent_responses(200)[200]},
+    },
 )
 async def chat(
     principal: CurrentPrincipal,
@@ -86,17 +98,33 @@ async def chat(
     runtime: RuntimeDep,
     _json: JsonBody,
     body: ChatRequest,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> EventSourceResponse:
     """Run the last user message in the chat's session; answer with the run as a UI message
-    stream (the AI SDK's `useChat`)."""
+    stream (the AI SDK's `useChat`). A retry with the same `Idempotency-Key` streams the same run
+    again instead of queueing the message twice."""
     try:
         text = body.user_text()
     except ValueError as exc:
         raise ApiError(422, f"messages: the last user message {exc}", field="messages") from exc
-    enqueued = await queue.enqueue_run(
-        principal, message=text, session_key=body.id, agent_id=body.agent_id
+
+    async def enqueue(s: AsyncSession) -> Answer:
+        enqueued = await queue.enqueue_in(
+            s, principal, message=text, session_key=body.id, agent_id=body.agent_id
+        )
+        return Answer(run_id=enqueued.run_id, status_code=200)
+
+    outcome = await answer_idempotently(
+        runtime.db,
+        principal,
+        idempotency_key,
+        operation="chat",
+        body=body.model_dump(mode="json", by_alias=True),
+        create=enqueue,
     )
-    return _ui_message_response(runtime, principal, enqueued.run_id)
+    return _ui_message_response(
+        runtime, principal, outcome.answer.run_id, headers=replayed_headers(outcome)
+    )
 
 
 @router.get(
@@ -121,11 +149,11 @@ async def resume_chat(
 
 
 def _ui_message_response(
-    runtime: Runtime, principal: Principal, run_id: UUID
+    runtime: Runtime, principal: Principal, run_id: UUID, headers: dict[str, str] | None = None
 ) -> EventSourceResponse:
     return EventSourceResponse(
         ui_message_frames(runtime, principal, run_id),
-        headers=PROTOCOL_HEADERS,
+        headers={**PROTOCOL_HEADERS, **(headers or {})},
         ping=runtime.settings.sse_keepalive_seconds,
         sep="\n",
     )
