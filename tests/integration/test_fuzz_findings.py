@@ -147,3 +147,15 @@ async def test_invalid_json_on_memory_routes_is_a_documented_400(api: Api) -> No
             path, content=b"\x00", headers={**auth(), "Content-Type": "application/json"}
         )
         assert r.status_code == 400 and error_of(r)["code"] == "invalid_json", r.text
+
+
+async def test_the_stream_documents_each_event_type_and_its_schema(api: Api) -> None:
+    from app.core.events import EVENT_CLASSES, EVENT_TYPES
+
+    doc = (await api.client.get("/openapi.json")).json()
+    ok = doc["paths"][f"{API}/stream"]["get"]["responses"]["200"]
+    event = ok["content"]["text/event-stream"]["schema"]["properties"]
+    assert event["event"]["enum"] == list(EVENT_TYPES)
+    refs = [r["$ref"].rsplit("/", 1)[1] for r in event["data"]["contentSchema"]["oneOf"]]
+    assert refs == [cls.__name__ for cls in EVENT_CLASSES]
+    assert set(refs) <= set(doc["components"]["schemas"])

@@ -22,7 +22,7 @@ from app.api.run_feed import follow_run
 from app.api.schemas import MAX_SEQ, error_responses
 from app.api.stream_auth import StreamPrincipal
 from app.auth.principal import Principal
-from app.core.events import RunEvent, wire_json
+from app.core.events import EVENT_CLASSES, EVENT_TYPES, RunEvent, wire_json
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -38,11 +38,15 @@ SSE_EVENT_SCHEMA: dict[str, object] = {
     "required": ["id", "event", "data"],
     "properties": {
         "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The event's seq."},
-        "event": {"type": "string", "description": "The event's type."},
+        "event": {"type": "string", "enum": list(EVENT_TYPES), "description": "The event's type."},
         "data": {
             "type": "string",
             "contentMediaType": "application/json",
-            "description": "The event as a JSON object (`type`, `runId`, `seq`, `ts`, fields).",
+            "contentSchema": {
+                "oneOf": [{"$ref": f"#/components/schemas/{cls.__name__}"} for cls in EVENT_CLASSES]
+            },
+            "description": "The event as a JSON object (`type`, `runId`, `seq`, `ts`, fields): "
+            "one of the run event schemas.",
         },
     },
 }
