@@ -36,6 +36,7 @@ EXPOSE_HEADERS = [
     "Last-Event-ID",
     "WWW-Authenticate",
     "x-vercel-ai-ui-message-stream",  # the AI SDK's UI message stream marker
+    "Idempotent-Replayed",  # a retried request got the first request's answer
 ]
 MAX_AGE_SECONDS = 600
 

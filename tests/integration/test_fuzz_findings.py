@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.auth.jwt import MAX_ID_CHARS
+from app.core.events import EVENT_CLASSES, EVENT_TYPES
 from app.db.engine import Database
 from app.tools.approval_rules import ApprovalRules
 from app.tools.policy import PolicyLayer
@@ -150,8 +151,6 @@ async def test_invalid_json_on_memory_routes_is_a_documented_400(api: Api) -> No
 
 
 async def test_the_stream_documents_each_event_type_and_its_schema(api: Api) -> None:
-    from app.core.events import EVENT_CLASSES, EVENT_TYPES
-
     doc = (await api.client.get("/openapi.json")).json()
     ok = doc["paths"][f"{API}/stream"]["get"]["responses"]["200"]
     event = ok["content"]["text/event-stream"]["schema"]["properties"]
