@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 AI_SDK := tests/e2e/ai_sdk
 AI_SDK_STAMP := $(AI_SDK)/node_modules/.installed
 
-.PHONY: help setup sysdeps npmdeps run test lint fmt bench clean distclean
+.PHONY: help setup sysdeps browser npmdeps run test lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -29,9 +29,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP) sysdeps ## create .venv and install the project with dev tools (when needed)
 
-# bubblewrap isolates run_python/run_shell (without it those tools refuse to run); Chromium runs
-# the browser test (Playwright drives the distribution's browser: nothing is downloaded from a CDN).
-sysdeps: ## install bubblewrap and chromium from the distribution when missing (as root with apt-get)
+# bubblewrap isolates run_python/run_shell (without it those tools refuse to run).
+sysdeps: ## install bubblewrap from the distribution when missing (as root with apt-get)
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing bubblewrap (sandbox for run_python/run_shell)…"; \
@@ -39,6 +38,10 @@ sysdeps: ## install bubblewrap and chromium from the distribution when missing (
 	  else \
 	    echo "warning: bubblewrap (bwrap) is not installed: code-execution tools will refuse to run"; \
 	  fi; }
+
+# Chromium runs the browser test (Playwright drives the distribution's browser: nothing is
+# downloaded from a CDN); only the tests need it, so `make run` does not install it.
+browser: ## install chromium from the distribution when missing (as root with apt-get)
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium (the browser test drives it with Playwright)…"; \
@@ -61,7 +64,7 @@ npmdeps: ## install the npm test client (the `ai` package) when node/npm are pre
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) sysdeps npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
+test: $(STAMP) sysdeps browser npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)

@@ -162,7 +162,7 @@ def chromium_context() -> Iterator[Any]:
     """A fresh headless Chromium profile (Playwright persistent context over /usr/bin/chromium)."""
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make sysdeps` as root"
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser` as root"
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
     try:
         with sync_playwright() as pw:
