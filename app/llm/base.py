@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.core.events import ModelRetryEvent
 from app.core.transcript import Message as Message  # one transcript entry, as models see it
 from app.core.transcript import ToolCall, dump_message
 
@@ -94,6 +95,12 @@ class RetryNotice:
     attempt: int
     delay_seconds: float
     reason: str
+
+    def event(self) -> ModelRetryEvent:
+        """The `model.retry` run event that tells clients about it."""
+        return ModelRetryEvent(
+            attempt=self.attempt, delay_seconds=self.delay_seconds, reason=self.reason
+        )
 
 
 @dataclass(frozen=True, slots=True)

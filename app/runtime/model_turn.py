@@ -27,7 +27,6 @@ from app.core.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     AssistantResetEvent,
-    ModelRetryEvent,
     RunEvent,
     ThinkingDeltaEvent,
 )
@@ -119,13 +118,7 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
             elif isinstance(event, ThinkingDelta) and event.text:
                 await state.leased.emit(ThinkingDeltaEvent(text=event.text))
             elif isinstance(event, RetryNotice):
-                await state.leased.emit(
-                    ModelRetryEvent(
-                        attempt=event.attempt,
-                        delay_seconds=event.delay_seconds,
-                        reason=event.reason,
-                    )
-                )
+                await state.leased.emit(event.event())
             elif isinstance(event, StreamReset):
                 turn = Turn()
                 await state.leased.emit(AssistantResetEvent())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.core.events import ModelRetryEvent
 from app.core.transcript import ToolCall
 from app.llm.base import (
     ModelRequest,
@@ -45,13 +44,7 @@ async def collect(state: RunState, request: ModelRequest) -> Collected:
             elif isinstance(event, Usage):
                 usage = event
             elif isinstance(event, RetryNotice):
-                await state.leased.emit(
-                    ModelRetryEvent(
-                        attempt=event.attempt,
-                        delay_seconds=event.delay_seconds,
-                        reason=event.reason,
-                    )
-                )
+                await state.leased.emit(event.event())
             elif isinstance(event, StreamReset):
                 out, usage = Collected(), None
     await record_usage(state, usage)
