@@ -2,8 +2,9 @@
 `ai` package's `AbstractChat` over its `DefaultChatTransport` (what `useChat` does) against the
 real API and worker processes, and prints the chat's state; these tests check what it assembled.
 
-The npm dependency is installed by `make test` (`npm ci --prefix tests/e2e/ai_sdk`); without
-node or that install the tests are skipped with the command to run.
+The npm dependency is installed by `make test` (`npm ci --prefix tests/e2e/ai_sdk`). Without
+node the tests are skipped; with node but without that install they fail, saying what to run
+(a missing install must not pass as a green run).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ SCRIPT = CLIENT_DIR / "chat.mjs"
 
 def _node() -> str:
     node = shutil.which("node")
-    if node is None or not (CLIENT_DIR / "node_modules" / "ai").is_dir():
-        pytest.skip("needs node and `npm ci --prefix tests/e2e/ai_sdk` (make test installs it)")
+    if node is None:
+        pytest.skip("needs node (and `npm ci --prefix tests/e2e/ai_sdk`, which make test runs)")
+    assert (CLIENT_DIR / "node_modules" / "ai").is_dir(), (
+        "the AI SDK client is not installed: run `make test` or `npm ci --prefix tests/e2e/ai_sdk`"
+    )
     return node
 
 
