@@ -222,6 +222,41 @@ class Settings(BaseSettings):
     memory_reembed_interval_seconds: float = Field(
         default=60.0, gt=0, description="How often the re-embed task looks for stale entries."
     )
+    subagent_max_depth: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Default spawn depth limit: a child of depth N may not spawn when N reaches "
+        "it (agent setting maxSpawnDepth overrides).",
+    )
+    subagent_max_children_per_run: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Default number of sub-agents one run may spawn (agent setting "
+        "maxChildrenPerRun overrides).",
+    )
+    subagent_max_concurrent_per_tenant: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="Sub-agent runs of one tenant that may be live (queued, running or parked) "
+        "at once; a spawn past it is a tool error.",
+    )
+    agent_message_max_exchanges: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Default ping-pong cap: sessions_send messages between two sessions per "
+        "originating run (agent setting maxExchanges overrides).",
+    )
+    collect_window_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="ifBusy=collect: messages arriving within this window of the previous one "
+        "are merged into one queued run, claimed once the window has passed.",
+    )
     approval_ttl_seconds: int = Field(
         default=3600,
         ge=1,

@@ -17,7 +17,7 @@ MAX_MESSAGE_CHARS = 32_000
 MAX_SEQ = 2**31 - 1  # event and message seqs are Postgres integers
 
 RunStatusName = Literal[
-    "queued", "running", "awaiting_approval", "completed", "failed", "cancelled"
+    "queued", "running", "awaiting_approval", "waiting", "completed", "failed", "cancelled"
 ]
 
 _RUN_ID = "7b0f2a64-4a8e-4f0e-9d61-2f3c7f0b9e11"

@@ -19,6 +19,7 @@ from app.core.events import (
     ContextCompactedEvent,
     ContextCompactionFailedEvent,
     EventError,
+    MessageInjectedEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanOutline,
@@ -28,8 +29,11 @@ from app.core.events import (
     RunCompletedEvent,
     RunEvent,
     RunFailedEvent,
+    RunInterruptedEvent,
     RunRequeuedEvent,
     RunResumedEvent,
+    SubagentCompletedEvent,
+    SubagentSpawnedEvent,
     ThinkingDeltaEvent,
     ToolCompletedEvent,
     ToolFailedEvent,
@@ -165,6 +169,21 @@ class Renderer:
             case UsageEvent(input_tokens=tokens_in, output_tokens=tokens_out):
                 self.input_tokens += tokens_in
                 self.output_tokens += tokens_out
+            case SubagentSpawnedEvent(child_session_key=key, label=label, task=task):
+                name = label or key
+                self._line(
+                    f"{self.sym['call']} sub-agent {name} spawned: {_one_line(task)}", self._dim
+                )
+            case SubagentCompletedEvent(child_session_key=key, status=status, error=error):
+                why = f": {_error(error)}" if error is not None else ""
+                self._line(
+                    f"{self.sym['call']} sub-agent {key or event.child_run_id} {status}{why}"
+                )
+            case MessageInjectedEvent(source=source, text=text, skipped_calls=skipped):
+                skip = f" ({skipped} tool call(s) skipped)" if skipped else ""
+                self._line(f"» message from {source} injected{skip}: {_one_line(text)}", self._dim)
+            case RunInterruptedEvent(by_run_id=by):
+                self._line(f"{self.sym['stop']} interrupted by run {by}", self._red)
             case RunRequeuedEvent():
                 self._line("(its worker stopped; the run went back to the queue)", self._dim)
             case RunResumedEvent():

@@ -18,12 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal
 
-RunStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
-"""Where a run is in its life (`agent_run_queue.status`)."""
+RunStatus = Literal[
+    "queued", "running", "awaiting_approval", "waiting", "completed", "failed", "cancelled"
+]
+"""Where a run is in its life (`agent_run_queue.status`). `waiting`: parked until a sub-agent or a
+reply it waits for arrives (`sessions_wait`, `sessions_send` with `waitForReply`)."""
 RUN_STATUSES: Final[tuple[RunStatus, ...]] = (
     "queued",
     "running",
     "awaiting_approval",
+    "waiting",
     "completed",
     "failed",
     "cancelled",
@@ -45,6 +49,8 @@ OBSERVING: Final = "observing"
 """Tool results are in; the loop decides what comes next (usually another model turn)."""
 AWAITING_APPROVAL: Final = "awaiting_approval"
 """A tool call waits for a human decision."""
+WAITING: Final = "waiting"
+"""A tool call waits for sub-agents or a reply (`sessions_wait`, `sessions_send`)."""
 COMPLETED: Final = "completed"
 FAILED: Final = "failed"
 CANCELLED: Final = "cancelled"
@@ -57,6 +63,7 @@ RunStateName = Literal[
     "tool_calling",
     "observing",
     "awaiting_approval",
+    "waiting",
     "completed",
     "failed",
     "cancelled",
@@ -73,9 +80,11 @@ TRANSITIONS: Final[Mapping[str, frozenset[str]]] = {
     THINKING: frozenset({RESPONDING, TOOL_CALLING, PLANNING}) | ENDINGS,
     # after the answer: its tool calls, the next plan step, or a plan revision
     RESPONDING: frozenset({TOOL_CALLING, THINKING, PLANNING}) | ENDINGS,
-    TOOL_CALLING: frozenset({OBSERVING, AWAITING_APPROVAL}) | ENDINGS,
+    TOOL_CALLING: frozenset({OBSERVING, AWAITING_APPROVAL, WAITING}) | ENDINGS,
     # decided: the call runs (or its denial is observed); a parked run goes back to the queue
     AWAITING_APPROVAL: frozenset({TOOL_CALLING, OBSERVING, QUEUED}) | ENDINGS,
+    # what it waited for arrived (or its time is up): the call finishes; parked: back to the queue
+    WAITING: frozenset({TOOL_CALLING, OBSERVING, QUEUED}) | ENDINGS,
     OBSERVING: frozenset({THINKING}) | ENDINGS,
     COMPLETED: frozenset(),
     FAILED: frozenset(),

@@ -55,14 +55,30 @@ class Plan(_Model):
     """Why it was revised (the failed step), for revisions."""
 
 
+class MessageSource(_Model):
+    """Where a user-role message that the user did not type in this run comes from."""
+
+    kind: Literal["user", "subagent", "agent"]
+    """`user`: the user's message steered into a running run (or queued after it ended);
+    `subagent`: a child run's outcome; `agent`: another session's agent (`sessions_send`) or its
+    reply."""
+    run_id: str | None = Field(default=None, exclude_if=_absent)
+    """The run it comes from (a child, a sender, a replying run); omitted when unset."""
+    session_key: str | None = Field(default=None, exclude_if=_absent)
+    """The session it comes from; omitted when unset."""
+
+
 class UserMessage(_Model):
-    """What the user posted (or, with `step`, the runtime's instruction for one plan step)."""
+    """What the user posted (or, with `step`, the runtime's instruction for one plan step; with
+    `source`, a message injected from elsewhere: a steer, a sub-agent's outcome, a reply)."""
 
     kind: Literal["user"] = "user"
     text: str
     step: int | None = Field(default=None, exclude_if=_absent)
     """Plan mode: this message tells the model to carry out step `step` of the run's plan (it is
     not the user's text, and marks where the step's turns begin). Omitted from JSON when unset."""
+    source: MessageSource | None = Field(default=None, exclude_if=_absent)
+    """Where the message comes from when it is not this run's own input. Omitted when unset."""
 
 
 class AssistantMessage(_Model):

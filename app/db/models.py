@@ -112,6 +112,14 @@ class Run(Base):
     """Input tokens of the run's latest model call, as the provider reported them."""
     context_window: Mapped[int | None] = mapped_column(Integer)
     compactions: Mapped[int] = mapped_column(Integer, server_default="0")
+    parent_run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    """The run that spawned this one (`sessions_spawn`)."""
+    wake_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """A `waiting` run is requeued at this time even if nothing arrived."""
+    not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Not claimable before this time (`ifBusy=collect`)."""
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """The run fails with `run_timeout` at this time, queued or not (a child's timeout)."""
 
 
 class SessionMessage(Base):
@@ -179,6 +187,8 @@ class AgentToolPolicy(Base):
     max_calls_per_run: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+    session_scope: Mapped[str | None] = mapped_column(Text)
+    """`user` or `tenant`: which sessions the sessions tools reach (NULL: inherit / user)."""
 
 
 class MemoryEntry(Base):
@@ -222,6 +232,48 @@ class SubagentSpawn(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
+    label: Mapped[str | None] = mapped_column(Text)
+    child_session_key: Mapped[str | None] = mapped_column(Text)
+    depth: Mapped[int] = mapped_column(Integer, server_default="1")
+    timeout_seconds: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class AgentMessage(Base):
+    """`sessions_send`: one agent's message into another session of the tenant."""
+
+    __tablename__ = "agent_messages"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    sender_run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    sender_session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    tool_call_id: Mapped[str] = mapped_column(Text)
+    target_session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_sessions.id"))
+    target_run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    origin_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    message: Mapped[str] = mapped_column(Text)
+    wait_for_reply: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _now()
+
+
+class RunInboxItem(Base):
+    """A message for a run (a steering user message, a child's outcome, a reply), delivered once."""
+
+    __tablename__ = "run_inbox"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agent_run_queue.id"))
+    kind: Mapped[str] = mapped_column(Text)
+    source_run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    text: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    created_at: Mapped[datetime] = _now()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    delivery: Mapped[str | None] = mapped_column(Text)
+    """`injected`, `tool`, `followup` or `dropped` once delivered."""
+    delivered_to_run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agent_run_queue.id"))
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
 
 
 class ContextSnapshot(Base):

@@ -18,7 +18,9 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -61,7 +63,12 @@ class LeasedRun:
 
     @asynccontextmanager
     async def write(self, events: Sequence[RunEvent] = ()) -> AsyncIterator[FencedWrite]:
-        """A fenced tenant transaction; `events` are appended in it, after the body succeeds."""
+        """A fenced tenant transaction; `events` are appended in it, after the body succeeds.
+
+        The body may add to `events` (a list) when it only learns inside the transaction what
+        happened (e.g. how many inbox messages it delivered): their seqs are reserved then, right
+        after the ones reserved by the fence (the run row stays locked, so they follow on)."""
+        reserved = len(events)
         async with self.db.tenant(self.run.principal) as s:
             row = (
                 await s.execute(
@@ -82,11 +89,15 @@ class LeasedRun:
                 run=self.run,
                 worker_id=self.worker_id,
             )
+            last_seq = row.last_event_seq
+            if len(events) > reserved:
+                extra = {"run_id": self.run.id, "n": len(events) - reserved}
+                last_seq = (await s.execute(query("allocate_seq"), extra)).one().last_event_seq
             await insert_events(
                 s,
                 run_id=self.run.id,
                 tenant_id=self.run.tenant_id,
-                last_seq=row.last_event_seq,
+                last_seq=last_seq,
                 events=events,
             )
 
@@ -121,6 +132,28 @@ class LeasedRun:
         except _CancelFirst:
             return False
         return True
+
+    async def park_waiting(
+        self, wake_at: datetime, awaited: Sequence[UUID]
+    ) -> Literal["parked", "arrived", "cancel"]:
+        """Suspend the claim until one of the `awaited` runs ends, a user's message is steered
+        in, or `wake_at` (status `waiting`, lease cleared). `arrived`: such a message is already
+        in the inbox, nothing changed (run the waiting call again); `cancel`: a cancel was
+        requested first, nothing changed."""
+        async with self.write() as w:
+            if w.cancel_requested:
+                return "cancel"
+            parked = await w.session.scalar(
+                query("park_waiting"),
+                {
+                    "run_id": self.run.id,
+                    "worker_id": self.worker_id,
+                    "attempt": self.run.attempt,
+                    "wake_at": wake_at,
+                    "awaited": list(awaited),
+                },
+            )
+        return "arrived" if parked is None else "parked"
 
     async def finish(
         self,

@@ -266,6 +266,11 @@ class RunQueue:
         async with self.db.queue() as s:
             return list(await s.scalars(query("recover_expired")))
 
+    async def wake_overdue(self) -> list[UUID]:
+        """Requeue `waiting` runs whose wait timed out (head of their lanes)."""
+        async with self.db.queue() as s:
+            return list(await s.scalars(query("wake_overdue")))
+
     async def release(self, worker_id: str, run_ids: list[UUID]) -> list[UUID]:
         """Hand runs back to the queue (graceful shutdown)."""
         if not run_ids:

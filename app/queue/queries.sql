@@ -3,7 +3,8 @@
 -- recover_expired, release_runs) or as agent_runtime_app under RLS (everything else).
 
 -- name: claim_next
--- Take the oldest claimable run: queued, first in its session's lane, lane not busy.
+-- Take the oldest claimable run: queued, first in its session's lane, lane not busy, and not held
+-- back by a debounce window (`not_before`, ifBusy=collect: the lane waits for it).
 -- SKIP LOCKED lets workers claim in parallel; the partial unique index
 -- agent_run_queue_one_active_per_session guarantees one active run per session regardless.
 WITH candidate AS (
@@ -12,11 +13,13 @@ WITH candidate AS (
   WHERE q.status = 'queued'
     AND NOT EXISTS (
       SELECT 1 FROM agent_run_queue busy
-      WHERE busy.session_id = q.session_id AND busy.status IN ('running', 'awaiting_approval'))
+      WHERE busy.session_id = q.session_id
+        AND busy.status IN ('running', 'awaiting_approval', 'waiting'))
     AND NOT EXISTS (
       SELECT 1 FROM agent_run_queue earlier
       WHERE earlier.session_id = q.session_id AND earlier.status = 'queued'
         AND earlier.queue_seq < q.queue_seq)
+    AND (q.not_before IS NULL OR q.not_before <= now())
   ORDER BY q.queue_seq
   LIMIT 1
   FOR UPDATE SKIP LOCKED
@@ -86,6 +89,31 @@ SET status = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL,
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
 RETURNING id;
 
+-- name: park_waiting
+-- A tool call waits for runs to end: like park_run, status `waiting` until one of :awaited ends
+-- (the run-ended trigger requeues it), a user's message is steered in, or :wake_at. Refused
+-- (no row) if such a message is already in the inbox: the fence has locked the run row, and a
+-- delivery locks it too, so nothing can arrive unseen between this check and the parking.
+UPDATE agent_run_queue
+SET status = 'waiting', lease_owner = NULL, lease_expires_at = NULL, state = 'waiting',
+    wake_at = :wake_at
+WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+  AND NOT EXISTS (
+    SELECT 1 FROM run_inbox i
+    WHERE i.run_id = :run_id AND i.delivered_at IS NULL
+      AND (i.kind = 'steer' OR i.source_run_id = ANY(:awaited)))
+RETURNING id;
+
+-- name: wake_overdue
+-- Waiting runs whose wait timed out go back to the head of their lane (the call then returns
+-- what it has). Cross-tenant, by the workers' heartbeat.
+UPDATE agent_run_queue
+SET status = 'queued', state = NULL, wake_at = NULL
+WHERE id IN (SELECT id FROM agent_run_queue
+             WHERE status = 'waiting' AND wake_at <= now()
+             ORDER BY wake_at LIMIT 100 FOR UPDATE SKIP LOCKED)
+RETURNING id;
+
 -- name: requeue_parked
 -- The approval was decided (or expired): back to the head of its lane (queue_seq unchanged).
 UPDATE agent_run_queue
@@ -94,11 +122,11 @@ WHERE id = :run_id AND status = 'awaiting_approval'
 RETURNING id;
 
 -- name: cancel_idle
--- A run no worker holds (queued, or parked awaiting approval) is cancelled on the spot.
+-- A run no worker holds (queued, or parked awaiting approval or waiting) is cancelled on the spot.
 UPDATE agent_run_queue
 SET status = 'cancelled', finished_at = now(), cancel_requested_at = coalesce(cancel_requested_at, now()),
-    error = NULL, state = NULL
-WHERE id = :run_id AND status IN ('queued', 'awaiting_approval')
+    error = NULL, state = NULL, wake_at = NULL
+WHERE id = :run_id AND status IN ('queued', 'awaiting_approval', 'waiting')
 RETURNING id;
 
 -- name: request_cancel_running

@@ -16,6 +16,11 @@ from pydantic.alias_generators import to_camel
 AgentMode = Literal["chat", "plan"]
 """`chat`: answer directly, calling tools as needed; `plan`: plan first, then run the steps."""
 
+IfBusy = Literal["enqueue", "reject", "interrupt", "steer", "collect"]
+"""What a message posted to a busy session does (docs/multi-agent.md): queue behind the running
+run, be refused (409), cancel the running run, be injected into it, or be merged with the other
+messages arriving while it runs."""
+
 MAX_TIMEOUT_SECONDS = 86_400
 MAX_TOKEN_BUDGET = 1_000_000_000
 MIN_CONTEXT_WINDOW = 512
@@ -37,6 +42,16 @@ class AgentSettings(BaseModel):
     context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)
     """The model's context window in tokens; None: the model's known window, else the server's
     `CONTEXT_WINDOW_TOKENS` (`app.llm.windows`). Contexts are compacted to fit it."""
+
+    if_busy: IfBusy = "enqueue"
+    """The default `ifBusy` of messages posted to this agent's sessions."""
+    max_spawn_depth: int | None = Field(default=None, ge=1, le=10)
+    """Sub-agents: the deepest a spawn chain may go; None: the server's `SUBAGENT_MAX_DEPTH`."""
+    max_children_per_run: int | None = Field(default=None, ge=1, le=100)
+    """Sub-agents one run may spawn; None: the server's `SUBAGENT_MAX_CHILDREN_PER_RUN`."""
+    max_exchanges: int | None = Field(default=None, ge=1, le=100)
+    """`sessions_send` messages between two sessions per originating run; None: the server's
+    `AGENT_MESSAGE_MAX_EXCHANGES`."""
 
     @classmethod
     def of(cls, stored: dict[str, Any] | None) -> AgentSettings:

@@ -6,18 +6,22 @@ last one started); a turn is taken only while the turn limit allows (`max_turns`
 `since`: the run's start in chat mode, the step's instruction in plan mode). The state machine
 moves `tool_calling` while calls run, `observing` once their results are in, and
 `awaiting_approval` when a call must wait for a human (the `AwaitingApproval` signal then goes
-on to the worker, which parks the run).
+on to the worker, which parks the run), `waiting` when a call waits for other runs
+(`AwaitingArrival`: sub-agents, a reply). Before each model turn the messages that reached the
+run meanwhile are injected (`inbox.inject_arrivals`).
 """
 
 from __future__ import annotations
 
-from app.core.state_machine import AWAITING_APPROVAL, OBSERVING, TOOL_CALLING
+from app.core.state_machine import AWAITING_APPROVAL, OBSERVING, TOOL_CALLING, WAITING
 from app.core.transcript import AssistantMessage, ToolCall
+from app.runtime.inbox import inject_arrivals
 from app.runtime.limits import turns_exceeded
 from app.runtime.model_turn import ExtraEvents, run_model_turn
 from app.runtime.run_state import RunState
 from app.runtime.tool_execution import execute_tool_calls
 from app.tools.approvals import AwaitingApproval
+from app.tools.base import AwaitingArrival
 
 
 async def converse(
@@ -37,6 +41,8 @@ async def converse(
             await run_tools(state, pending)
         if state.turns_used(since) >= state.agent.max_turns:
             raise turns_exceeded(state, step=step)
+        await inject_arrivals(state, skipped_calls=state.skipped_calls)
+        state.skipped_calls = 0
         message = await run_model_turn(state, extra_events)
         if not message.tool_calls:
             return message
@@ -49,5 +55,8 @@ async def run_tools(state: RunState, calls: list[ToolCall]) -> None:
         await execute_tool_calls(state, calls)
     except AwaitingApproval:
         await state.transition(AWAITING_APPROVAL)
+        raise
+    except AwaitingArrival:
+        await state.transition(WAITING)
         raise
     await state.transition(OBSERVING)

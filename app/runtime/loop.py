@@ -41,6 +41,7 @@ from app.runtime.agent_settings import AgentSettings
 from app.runtime.compaction_store import session_context
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
+from app.runtime.inbox import follow_up_source
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
@@ -145,7 +146,10 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
     state.model = models.resolve(state.agent.model)
     state.window = context_window_of(state.agent, state.model.name, state.settings)
     if not state.own():
-        question = UserMessage(text=str(state.leased.run.input.get("message", "")))
+        run_input = state.leased.run.input
+        question = UserMessage(
+            text=str(run_input.get("message", "")), source=follow_up_source(run_input)
+        )
         await append_messages(state.leased, [question])
         state.record(question)
     if plan_mode:

@@ -104,6 +104,8 @@ class RunState:
     """A compaction of this attempt failed: no more tries (the run goes on while it fits)."""
     flushed_through: int = 0
     """Transcript rows up to this seq were already offered for a memory flush."""
+    skipped_calls: int = 0
+    """Tool calls this attempt skipped for a user's steering message, not yet told of."""
 
     @property
     def run_id(self) -> UUID:

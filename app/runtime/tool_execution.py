@@ -13,7 +13,9 @@ Each executed call is recorded (`tool_records`) as started (`tool.started`, a `t
 row) before it runs and its result is stored with its `tool.completed`/`tool.failed` event in
 one transaction after, so a result that was stored is never executed again. A call a previous
 attempt started but never finished (the worker died) has an unknown outcome: it is re-run only
-if the tool is idempotent; otherwise it is recorded as failed and the model is told why.
+if the tool is idempotent; otherwise it is recorded as failed and the model is told why. A call
+not yet started when a user's steering message arrives is skipped (`inbox`): its stored result
+says so, and the model reads the message next.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import structlog
 
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult
 from app.runtime.approval_gate import approval_gate
+from app.runtime.inbox import SKIPPED_FOR_MESSAGE, steer_waiting
 from app.runtime.run_state import RunState
 from app.runtime.tool_records import tool_finished, tool_refused, tool_started
 from app.tools.base import ToolContext
@@ -78,7 +81,11 @@ async def execute_tool_calls(state: RunState, calls: list[ToolCall]) -> list[Too
     guard = await call_guard(state)
     results: list[ToolResult] = []
     for call in calls:
-        result = await _execute_one(state, ctx, guard, call)
+        if state.skipped_calls or await steer_waiting(state):
+            result = await tool_refused(state.leased, call, SKIPPED_FOR_MESSAGE)
+            state.skipped_calls += 1
+        else:
+            result = await _execute_one(state, ctx, guard, call)
         state.record(result)
         results.append(result)
     return results

@@ -112,7 +112,7 @@ async def list_compactions(
     return list(rows)
 
 
-ACTIVE_STATUSES = ("queued", "running", "awaiting_approval")
+ACTIVE_STATUSES = ("queued", "running", "awaiting_approval", "waiting")
 
 
 async def active_run_id(session: AsyncSession, session_key: str) -> UUID | None:

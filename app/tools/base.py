@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -36,6 +37,19 @@ class ToolContext:
     session_id: UUID
     run_id: UUID
     settings: Settings
+    tool_call_id: str = ""
+    """The call being executed (set by the registry for each call)."""
+
+
+class AwaitingArrival(Exception):  # noqa: N818  (a control-flow signal, not an error)
+    """The call waits for runs to end (`sessions_wait`, `sessions_send` with `waitForReply`): the
+    worker parks the run `waiting` until one of `awaited` ends, a user's message is steered in, or
+    `wake_at`; then the call is executed again and finds what arrived."""
+
+    def __init__(self, awaited: list[UUID], wake_at: datetime) -> None:
+        super().__init__(f"waiting for {len(awaited)} run(s) until {wake_at.isoformat()}")
+        self.awaited = awaited
+        self.wake_at = wake_at
 
 
 class Tool(ABC):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -26,7 +27,7 @@ from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.llm.base import ToolSpec
 from app.queue.manager import ClaimedRun
-from app.tools.base import Tool, ToolContext, ToolError
+from app.tools.base import AwaitingArrival, Tool, ToolContext, ToolError
 from app.tools.catalog import tool_catalog
 from app.tools.policy import EffectivePolicy
 from app.tools.policy_store import resolve_run_policy
@@ -105,11 +106,11 @@ class ToolRegistry:
         if (problem := self.validation_error(call.name, call.args)) is not None:
             return _failed(call, problem)
         try:
-            result = await tool.run(ctx, call.args)
+            result = await tool.run(replace(ctx, tool_call_id=call.id), call.args)
             json.dumps(result)  # must be storable as JSONB and readable by the model
         except ToolError as exc:
             return _failed(call, exc.message)
-        except LeaseLostError:
+        except (LeaseLostError, AwaitingArrival):
             raise
         except Exception as exc:
             log.exception("tool crashed", tool=call.name, tool_call_id=call.id)

@@ -81,6 +81,8 @@ class Heartbeat(threading.Thread):
         recovered = await queue.recover_expired()
         if recovered:
             log.warning("recovered runs with expired leases", runs=[str(r) for r in recovered])
+        if woken := await queue.wake_overdue():
+            log.info("woke runs whose wait timed out", runs=[str(r) for r in woken])
         if expired := await sweep_expired_approvals(queue.db):
             log.info("expired overdue tool approvals", approvals=expired)
         self.beats += 1

@@ -6,7 +6,8 @@ polled fallback for cancel, and the expiry of overdue tool approvals) and the `m
 task (keeps long-term memory embedded by the configured embedder). The claim loop waits on
 "woken | a run finished | poll timeout | stop". On stop it claims nothing more, lets running
 runs finish for a grace period, then hands the rest back to the queue. A run whose tool call
-awaits approval is parked (`awaiting_approval`): its slot is freed at once, its lane stays held.
+awaits approval is parked (`awaiting_approval`), and one whose tool call waits for other runs
+(sub-agents, a reply) is parked `waiting`: its slot is freed at once, its lane stays held.
 
 The database may drop out (a restart, a failover, `pg_terminate_backend`): a database error
 while claiming is logged and retried with a capped exponential backoff (the worker never exits on
@@ -45,6 +46,7 @@ from app.queue.manager import ClaimedRun, RunQueue
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
 from app.tools.approvals import AwaitingApproval
+from app.tools.base import AwaitingArrival
 from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
 from app.worker.heartbeat import Heartbeat
 
@@ -301,7 +303,7 @@ class Worker:
                 return
             started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
             await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
-            inner = asyncio.create_task(self._execute(leased), name=f"loop-{run.id}")
+            inner = asyncio.create_task(self._execute_until_parked(leased), name=f"loop-{run.id}")
             stopper = asyncio.create_task(active.stopped.wait())
             done, _ = await asyncio.wait({inner, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
@@ -337,6 +339,24 @@ class Worker:
         finally:
             self._active.pop(run.id, None)
             self._wake.set()  # a slot is free (and the lane may have a next run)
+
+    async def _execute_until_parked(self, leased: LeasedRun) -> None:
+        """Execute the run; when a tool call waits for other runs (`AwaitingArrival`), park it
+        `waiting` (slot freed, lane kept). If what it waits for has already arrived, execute it
+        again at once: the waiting call runs again and finds it."""
+        while True:
+            try:
+                await self._execute(leased)
+                return
+            except AwaitingArrival as waiting:
+                awaited = waiting.awaited
+                outcome = await leased.park_waiting(waiting.wake_at, awaited)
+            if outcome == "parked":
+                log.info("run parked waiting", run_id=str(leased.run.id), awaited=len(awaited))
+                return
+            if outcome == "cancel":
+                await leased.finish("cancelled", error=_CANCELLED)
+                return
 
     async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
         """A database blip interrupted the run: return it to its lane to be resumed from the

@@ -82,6 +82,14 @@ INSERTS: dict[str, str] = {
         "status_code, expires_at) "
         "VALUES (:tenant, 'u', :name, 'h', :run, 202, now() + interval '1 hour')"
     ),
+    "agent_messages": (
+        "INSERT INTO agent_messages (tenant_id, sender_run_id, sender_session_id, tool_call_id, "
+        "target_session_id, origin_run_id, message) "
+        "VALUES (:tenant, :run, :session, :name, :session, :run, 'hi')"
+    ),
+    "run_inbox": (
+        "INSERT INTO run_inbox (tenant_id, run_id, kind, text) VALUES (:tenant, :run, 'steer', :name)"
+    ),
 }
 TABLES = list(INSERTS)
 

@@ -23,7 +23,7 @@ TS = datetime(2025, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 def test_each_class_is_named_by_its_type_literal() -> None:
     constants = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
     assert constants == set(ev.EVENT_TYPES)
-    assert len(ev.EVENT_TYPES) == len(set(ev.EVENT_TYPES)) == 27
+    assert len(ev.EVENT_TYPES) == len(set(ev.EVENT_TYPES)) == 31
     for cls in ev.EVENT_CLASSES:
         field = cls.model_fields["type"]
         assert field.annotation is not None and get_args(field.annotation) == (field.default,)
@@ -180,6 +180,26 @@ STORED: list[tuple[ev.RunEvent, dict[str, Any]]] = [
         {"error": {"code": "x", "message": "y"}},
     ),
     (ev.RunCancelledEvent(reason="cancelled"), {"reason": "cancelled"}),
+    (
+        ev.SubagentSpawnedEvent(
+            child_run_id=RUN, child_session_key="s_1:sub:ab12", task="t", agent_id=RUN
+        ),
+        {
+            "childRunId": str(RUN),
+            "childSessionKey": "s_1:sub:ab12",
+            "task": "t",
+            "agentId": str(RUN),
+        },
+    ),
+    (
+        ev.SubagentCompletedEvent(child_run_id=RUN, status="completed", result={"text": "hi"}),
+        {"childRunId": str(RUN), "status": "completed", "result": {"text": "hi"}},
+    ),
+    (
+        ev.MessageInjectedEvent(source="user", text="stop", inbox_id=7, skipped_calls=2),
+        {"source": "user", "text": "stop", "inboxId": 7, "skippedCalls": 2},
+    ),
+    (ev.RunInterruptedEvent(by_run_id=RUN), {"byRunId": str(RUN)}),
 ]
 
 

@@ -22,6 +22,7 @@ from app.core.events import (
     ContextCompactionFailedEvent,
     EventError,
     MemoryFlushedEvent,
+    MessageInjectedEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanInvalidEvent,
@@ -32,11 +33,14 @@ from app.core.events import (
     RunCompletedEvent,
     RunEvent,
     RunFailedEvent,
+    RunInterruptedEvent,
     RunQueuedEvent,
     RunRequeuedEvent,
     RunResumedEvent,
     RunStartedEvent,
     StateChangedEvent,
+    SubagentCompletedEvent,
+    SubagentSpawnedEvent,
     ThinkingDeltaEvent,
     ToolCompletedEvent,
     ToolFailedEvent,
@@ -46,6 +50,7 @@ from app.core.events import (
 from app.core.transcript import PlanStep, ToolCall
 
 RUN = "7b0f2a64-4a8e-4f0e-9d61-2f3c7f0b9e11"
+CHILD = "0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5"
 APPROVAL = uuid.UUID("00000000-0000-4000-8000-000000000001")
 SNAPSHOT = uuid.UUID("00000000-0000-4000-8000-000000000002")
 EXPIRES = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -504,6 +509,50 @@ CASES: dict[str, tuple[list[RunEvent], list[dict[str, Any]]]] = {
             {"type": "abort", "reason": "cancelled by request"},
             {"type": "finish", "finishReason": "other"},
         ],
+    ),
+    "subagent.spawned": (
+        [
+            SubagentSpawnedEvent(
+                child_run_id=CHILD, child_session_key="s:sub:1", task="count", agent_id=CHILD
+            )
+        ],
+        [
+            {
+                "type": "data-subagent",
+                "id": f"subagent-{CHILD}",
+                "data": {
+                    "status": "running",
+                    "childRunId": CHILD,
+                    "childSessionKey": "s:sub:1",
+                    "task": "count",
+                    "agentId": CHILD,
+                },
+            }
+        ],
+    ),
+    "subagent.completed": (
+        [SubagentCompletedEvent(child_run_id=CHILD, status="completed", result={"text": "3"})],
+        [
+            {
+                "type": "data-subagent",
+                "id": f"subagent-{CHILD}",
+                "data": {"childRunId": CHILD, "status": "completed", "result": {"text": "3"}},
+            }
+        ],
+    ),
+    "message.injected": (
+        [MessageInjectedEvent(source="user", text="stop", inbox_id=4)],
+        [
+            {
+                "type": "data-message-injected",
+                "id": "injected-4",
+                "data": {"source": "user", "text": "stop", "inboxId": 4},
+            }
+        ],
+    ),
+    "run.interrupted": (
+        [RunInterruptedEvent(by_run_id=CHILD)],
+        [{"type": "data-interrupted", "id": "interrupted", "data": {"byRunId": CHILD}}],
     ),
 }
 

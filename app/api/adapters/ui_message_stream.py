@@ -27,7 +27,9 @@ The mapping (the README has it as a table):
   later chunk with the same id updates the part in place: `data-run` (id `run`: run id, status,
   attempt, error), `data-usage` (id `usage`: tokens so far), `data-plan` (id `plan`),
   `data-plan-step` (id `plan-step-<index>`), `data-plan-invalid`, `data-approval` (id = the
-  approval id: pending, then the decision), `data-compaction`, `data-memory-flush`, `data-reset`.
+  approval id: pending, then the decision), `data-compaction`, `data-memory-flush`, `data-reset`,
+  `data-subagent` (id `subagent-<childRunId>`: spawned with `status: running`, then its outcome),
+  `data-message-injected` (id `injected-<inboxId>`), `data-interrupted`.
   Transient ones (`transient: true`, only `onData` sees them): `data-state` (the loop's state)
   and `data-retry` (a model call is retried).
 * `run.completed` → `finish` (`finishReason: "stop"`); `run.failed` → `error` (`errorText`)
@@ -50,6 +52,7 @@ from app.core.events import (
     ContextCompactingEvent,
     ContextCompactionFailedEvent,
     MemoryFlushedEvent,
+    MessageInjectedEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanInvalidEvent,
@@ -59,11 +62,14 @@ from app.core.events import (
     RunCompletedEvent,
     RunEvent,
     RunFailedEvent,
+    RunInterruptedEvent,
     RunQueuedEvent,
     RunRequeuedEvent,
     RunResumedEvent,
     RunStartedEvent,
     StateChangedEvent,
+    SubagentCompletedEvent,
+    SubagentSpawnedEvent,
     ThinkingDeltaEvent,
     ToolCompletedEvent,
     ToolFailedEvent,
@@ -200,6 +206,17 @@ class UIMessageStream:
             case MemoryFlushedEvent():
                 flushed = _fields(event)
                 return [_data("memory-flush", flushed, id=f"memory-flush-{event.through_seq}")]
+            case SubagentSpawnedEvent() | SubagentCompletedEvent():
+                child = {"status": "running"} if isinstance(event, SubagentSpawnedEvent) else {}
+                return [
+                    _data(
+                        "subagent", {**child, **_fields(event)}, id=f"subagent-{event.child_run_id}"
+                    )
+                ]
+            case MessageInjectedEvent():
+                return [_data("message-injected", _fields(event), id=f"injected-{event.inbox_id}")]
+            case RunInterruptedEvent():
+                return [_data("interrupted", _fields(event), id="interrupted")]
             case RunCompletedEvent():
                 out = [*self._end_step(), self._run_part(status="completed")]
                 return [*out, *self._finish("stop")]

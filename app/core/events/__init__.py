@@ -21,6 +21,14 @@ from uuid import UUID
 
 from pydantic import Field, TypeAdapter
 
+from app.core.events.agents import (
+    InjectedSource,
+    MessageInjectedEvent,
+    RunInterruptedEvent,
+    SubagentCompletedEvent,
+    SubagentOutcome,
+    SubagentSpawnedEvent,
+)
 from app.core.events.base import EventBase, EventError, IsoDatetime, PlanOutline
 from app.core.events.context import (
     ContextCompactedEvent,
@@ -46,6 +54,7 @@ from app.core.events.names import (
     CONTEXT_COMPACTING,
     CONTEXT_COMPACTION_FAILED,
     MEMORY_FLUSHED,
+    MESSAGE_INJECTED,
     MODEL_RETRY,
     PLAN_CREATED,
     PLAN_INVALID,
@@ -54,11 +63,14 @@ from app.core.events.names import (
     RUN_CANCELLED,
     RUN_COMPLETED,
     RUN_FAILED,
+    RUN_INTERRUPTED,
     RUN_QUEUED,
     RUN_REQUEUED,
     RUN_RESUMED,
     RUN_STARTED,
     STATE_CHANGED,
+    SUBAGENT_COMPLETED,
+    SUBAGENT_SPAWNED,
     TERMINAL_EVENTS,
     THINKING_DELTA,
     TOOL_COMPLETED,
@@ -110,6 +122,10 @@ RunEvent = Annotated[
     | ContextCompactedEvent
     | ContextCompactionFailedEvent
     | MemoryFlushedEvent
+    | SubagentSpawnedEvent
+    | SubagentCompletedEvent
+    | MessageInjectedEvent
+    | RunInterruptedEvent
     | RunCompletedEvent
     | RunFailedEvent
     | RunCancelledEvent,
@@ -149,6 +165,16 @@ def wire_json(event: RunEvent) -> dict[str, Any]:
 
 
 __all__ = [
+    "InjectedSource",
+    "MESSAGE_INJECTED",
+    "MessageInjectedEvent",
+    "RUN_INTERRUPTED",
+    "RunInterruptedEvent",
+    "SUBAGENT_COMPLETED",
+    "SUBAGENT_SPAWNED",
+    "SubagentCompletedEvent",
+    "SubagentOutcome",
+    "SubagentSpawnedEvent",
     "APPROVAL_REQUIRED",
     "APPROVAL_RESOLVED",
     "ASSISTANT_DELTA",
