@@ -32,6 +32,7 @@ from app.core.events import (
     RunFailedEvent,
     RunRequeuedEvent,
 )
+from app.core.failpoints import CHILD_FINISH_AFTER_COMMIT, CHILD_FINISH_BEFORE_COMMIT, failpoint
 from app.db.engine import Database
 from app.queue.event_log import insert_events
 from app.queue.manager import ClaimedRun
@@ -184,6 +185,8 @@ class LeasedRun:
             )
             if finished is None:
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
+            failpoint(CHILD_FINISH_BEFORE_COMMIT)
+        failpoint(CHILD_FINISH_AFTER_COMMIT)
 
     async def hand_back(self) -> None:
         """Return the run to the head of its lane (graceful shutdown) with a `run.requeued` event."""

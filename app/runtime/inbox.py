@@ -23,6 +23,7 @@ from uuid import UUID
 from sqlalchemy import exists, func, select, update
 
 from app.core.events import InjectedSource, MessageInjectedEvent, RunEvent
+from app.core.failpoints import INJECT_AFTER_COMMIT, INJECT_BEFORE_COMMIT, failpoint
 from app.core.transcript import MessageSource, UserMessage
 from app.db.models import RunInboxItem
 from app.runtime.run_state import RunState
@@ -111,6 +112,8 @@ async def inject_arrivals(state: RunState, *, skipped_calls: int = 0) -> int:
                 )
             )
         await insert_messages(w, delivered)
+        failpoint(INJECT_BEFORE_COMMIT)
+    failpoint(INJECT_AFTER_COMMIT)
     for message in delivered:
         state.record(message)
     return len(delivered)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import structlog
 
+from app.core.failpoints import TOOL_AFTER_RUN, failpoint
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult
 from app.runtime.approval_gate import approval_gate
 from app.runtime.inbox import SKIPPED_FOR_MESSAGE, steer_waiting
@@ -117,5 +118,6 @@ async def _execute_one(
         await tool_finished(leased, result, interrupted=True)
     else:
         result = await state.tools.execute(ctx, call)
+        failpoint(TOOL_AFTER_RUN)
         await tool_finished(leased, result)
     return result
