@@ -174,7 +174,16 @@ def _wait_ready(st: Stack) -> None:
 
 
 @pytest.fixture
-def stack(db_url: str, tmp_path: Path, stack_env: dict[str, str]) -> Iterator[Stack]:
+def stack_workers() -> tuple[str, ...]:
+    """The workers the stack starts with (override in a test module: e.g. none, to start each
+    worker in the test with its own environment)."""
+    return ("w1", "w2")
+
+
+@pytest.fixture
+def stack(
+    db_url: str, tmp_path: Path, stack_env: dict[str, str], stack_workers: tuple[str, ...]
+) -> Iterator[Stack]:
     """API + two workers, short leases so takeover is quick."""
     port = free_port()
     env = {
@@ -194,8 +203,8 @@ def stack(db_url: str, tmp_path: Path, stack_env: dict[str, str]) -> Iterator[St
     }
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
     st.api = _spawn(["api"], env, tmp_path / "api.log")
-    st.start_worker("w1")
-    st.start_worker("w2")
+    for name in stack_workers:
+        st.start_worker(name)
     _wait_ready(st)
     time.sleep(0.5)  # workers' LISTEN connections up
     try:
