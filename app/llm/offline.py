@@ -13,6 +13,10 @@ summarises them:
 * `/fail` makes the call fail with `ModelError("model_error", ...)`;
 * `/think TEXT` streams TEXT as reasoning (`ThinkingDelta`, in two chunks) before the first
   turn's answer or calls;
+* a line `/next` ends the directives of one turn and starts those of the next: the block after
+  the k-th `/next` acts on the turn after k rounds of tool results (its `/tool` lines are that
+  turn's calls; without any, that turn summarises the results). In a message with `/next`, each
+  block's `/sleep` waits at the start of its own turn;
 * otherwise it answers `You said: <the message, verbatim>`, streamed in at least two chunks.
 
 After tool results it answers one line per result: `<tool name> ok: <result>` or
@@ -45,7 +49,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.transcript import ToolCall, ToolResult, UserMessage, dump_message
+from app.core.transcript import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    dump_message,
+)
 from app.llm.base import (
     Message,
     Model,
@@ -198,6 +208,18 @@ class OfflineModel(Model):
         message = user.text if user is not None else ""
         directives = parse_directives(message)
         results = _trailing_results(request.messages)
+        if (blocks := _blocks(message)) is not None:
+            turn = _tool_turns_since(request.messages, position)
+            block = parse_directives(blocks[turn]) if turn < len(blocks) else Directives()
+            if block.sleep_ms:
+                await asyncio.sleep(block.sleep_ms / 1000)
+            if block.tool_calls:
+                async for event in _call_events(block, position, input_tokens, turn=turn):
+                    yield event
+                return
+            directives = Directives(thinking=block.thinking, fail=block.fail)
+            if turn == 0:
+                message = blocks[0]
         if results:
             if directives.sleep_ms:
                 await asyncio.sleep(directives.sleep_ms / 1000)
@@ -216,12 +238,8 @@ class OfflineModel(Model):
         if directives.fail:
             raise ModelError("model_error", "the offline model failed on request (/fail)")
         if directives.tool_calls:
-            out_chars = 0
-            for i, (name, args, line) in enumerate(directives.tool_calls):
-                call = ToolCall(id=_call_id(position, i, line), name=name, args=args)
-                out_chars += len(name) + len(json.dumps(args))
-                yield ToolCallEvent(call)
-            yield Usage(input_tokens, estimate_tokens(out_chars))
+            async for event in _call_events(directives, position, input_tokens):
+                yield event
             return
 
         chunks = [ECHO_PREFIX, *split_chunks(message)] if message else [ECHO_PREFIX, "(nothing)"]
@@ -229,6 +247,44 @@ class OfflineModel(Model):
             yield TextDelta(chunk)
             await asyncio.sleep(0)  # a real stream yields to the event loop between chunks
         yield Usage(input_tokens, estimate_tokens(sum(len(c) for c in chunks)))
+
+
+_NEXT_LINE = "/next"
+
+
+def _blocks(message: str) -> list[str] | None:
+    """The message's per-turn blocks (split at `/next` lines), or None without any."""
+    lines = message.splitlines()
+    if not any(line.strip() == _NEXT_LINE for line in lines):
+        return None
+    blocks: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip() == _NEXT_LINE:
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    return ["\n".join(b) for b in blocks]
+
+
+def _tool_turns_since(messages: Sequence[Message], position: int) -> int:
+    """How many model turns with tool calls follow the message at `position`."""
+    return sum(
+        isinstance(m, AssistantMessage) and bool(m.tool_calls) for m in messages[position + 1 :]
+    )
+
+
+async def _call_events(
+    directives: Directives, position: int, input_tokens: int, *, turn: int = 0
+) -> AsyncIterator[ModelEvent]:
+    """The tool calls of `directives` (ids derived from the user message's `position`, the turn
+    and the line, so they are unique in the run) and usage."""
+    out_chars = 0
+    for i, (name, args, line) in enumerate(directives.tool_calls):
+        salted = line if turn == 0 else f"{turn}|{line}"
+        call = ToolCall(id=_call_id(position, i, salted), name=name, args=args)
+        out_chars += len(name) + len(json.dumps(args))
+        yield ToolCallEvent(call)
+    yield Usage(input_tokens, estimate_tokens(out_chars))
 
 
 async def _step_events(

@@ -173,3 +173,30 @@ def test_registry_prefix_longest_wins() -> None:
     registry.register_prefix("openai:gpt-", lambda name: OfflineModel("special:" + name))
     assert registry.resolve("openai:gpt-5").name == "special:openai:gpt-5"
     assert registry.resolve("openai:o3").name == "openai:o3"
+
+
+async def test_next_gives_each_turn_its_own_calls() -> None:
+    message = UserMessage(
+        text='/tool read_file {"path": "a"}\n/next\n/sleep 20\n/tool list_files {}\n/next\nbye'
+    )
+    first = calls_of(await collect(message))
+    assert [c.name for c in first] == ["read_file"]
+    turn1 = AssistantMessage(tool_calls=first)
+    result1 = ToolResult(tool_call_id=first[0].id, name="read_file", ok=True, result="A")
+    started = time.monotonic()
+    second = calls_of(await collect(message, turn1, result1))
+    assert time.monotonic() - started >= 0.02  # the block's own /sleep, before its calls
+    assert [c.name for c in second] == ["list_files"]
+    assert second[0].id != first[0].id
+    turn2 = AssistantMessage(tool_calls=second)
+    result2 = ToolResult(tool_call_id=second[0].id, name="list_files", ok=True, result=[])
+    final = await collect(message, turn1, result1, turn2, result2)
+    assert calls_of(final) == [] and text_of(final) == "list_files ok: []"
+
+
+async def test_without_next_the_legacy_rules_hold() -> None:
+    message = UserMessage(text='/tool read_file {"path": "a"}')
+    first = calls_of(await collect(message))
+    result = ToolResult(tool_call_id=first[0].id, name="read_file", ok=True, result="A")
+    again = await collect(message, AssistantMessage(tool_calls=first), result)
+    assert calls_of(again) == [] and text_of(again) == "read_file ok: A"
