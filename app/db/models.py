@@ -120,6 +120,8 @@ class Run(Base):
     """Not claimable before this time (`ifBusy=collect`)."""
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """The run fails with `run_timeout` at this time, queued or not (a child's timeout)."""
+    lease_expiries: Mapped[int] = mapped_column(Integer, server_default="0")
+    """How often a worker stopped renewing the run's lease (what `MAX_RUN_ATTEMPTS` counts)."""
 
 
 class SessionMessage(Base):

@@ -46,7 +46,8 @@ RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested;
 -- Runs whose worker stopped renewing go back to the head of their lane (their queue_seq is
 -- unchanged, so they are claimed before anything queued after them in the same session).
 UPDATE agent_run_queue
-SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL
+SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+    lease_expiries = lease_expiries + 1
 WHERE status = 'running' AND lease_expires_at < now()
 RETURNING id;
 

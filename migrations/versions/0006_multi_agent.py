@@ -37,6 +37,6 @@ def downgrade() -> None:
           DROP COLUMN IF EXISTS timeout_seconds, DROP COLUMN IF EXISTS error;
         ALTER TABLE agent_run_queue DROP COLUMN IF EXISTS parent_run_id,
           DROP COLUMN IF EXISTS wake_at, DROP COLUMN IF EXISTS not_before,
-          DROP COLUMN IF EXISTS deadline_at;
+          DROP COLUMN IF EXISTS deadline_at, DROP COLUMN IF EXISTS lease_expiries;
         """
     )

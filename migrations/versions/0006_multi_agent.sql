@@ -24,13 +24,17 @@ ALTER TABLE agent_run_queue
   ADD COLUMN parent_run_id uuid REFERENCES agent_run_queue (id) ON DELETE SET NULL,
   ADD COLUMN wake_at timestamptz,
   ADD COLUMN not_before timestamptz,
-  ADD COLUMN deadline_at timestamptz;
+  ADD COLUMN deadline_at timestamptz,
+  ADD COLUMN lease_expiries integer NOT NULL DEFAULT 0;
 COMMENT ON COLUMN agent_run_queue.parent_run_id IS
   'The run that spawned this one (sessions_spawn); cancelling it cancels this run.';
 COMMENT ON COLUMN agent_run_queue.wake_at IS
   'A waiting run is requeued at this time even if nothing arrived (the wait''s timeout).';
 COMMENT ON COLUMN agent_run_queue.not_before IS
   'Not claimable before this time (ifBusy=collect: the debounce window of merged messages).';
+COMMENT ON COLUMN agent_run_queue.lease_expiries IS
+  'How often a worker stopped renewing the run''s lease (died, froze): MAX_RUN_ATTEMPTS counts '
+  'these, not claims (a run parked and resumed is claimed again without any crash).';
 COMMENT ON COLUMN agent_run_queue.deadline_at IS
   'The run fails with run_timeout at this time, queued or not (a child''s timeoutSeconds).';
 CREATE INDEX agent_run_queue_children ON agent_run_queue (parent_run_id)
