@@ -12,6 +12,9 @@ The database may drop out (a restart, a failover, `pg_terminate_backend`): a dat
 while claiming is logged and retried with a capped exponential backoff (the worker never exits on
 one), and a run cut off by a transient one is handed back to the queue (resumed from its
 transcript) instead of being failed.
+
+A run that keeps killing its worker is given up on (`worker_crashed`) by the heartbeat's
+recovery when its lease expires for the `max_run_attempts`-th time.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ class Worker:
         self.db = db
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
-        self.queue = RunQueue(db)
+        self.queue = RunQueue(db, max_run_attempts=settings.max_run_attempts)
         self._execute = execute or agent_executor(settings)
         self._active: dict[UUID, _Active] = {}
         self._wake = asyncio.Event()
@@ -183,6 +186,7 @@ class Worker:
             worker_id=self.worker_id,
             lease_seconds=self.settings.lease_seconds,
             interval=self.settings.heartbeat_seconds,
+            max_run_attempts=self.settings.max_run_attempts,
             held_runs=lambda: list(self._active),
             on_cancel=self._threadsafe(self._signal_cancel),
             on_lost=self._threadsafe(self._signal_lost),

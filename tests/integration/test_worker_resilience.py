@@ -207,6 +207,7 @@ async def test_heartbeat_thread_survives_an_outage(
         worker_id="hb",
         lease_seconds=3,
         interval=0.1,
+        max_run_attempts=5,
         held_runs=lambda: held,
         on_cancel=lambda _r: None,
         on_lost=lambda _r: None,
