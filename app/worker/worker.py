@@ -14,7 +14,8 @@ one), and a run cut off by a transient one is handed back to the queue (resumed 
 transcript) instead of being failed.
 
 A run that keeps killing its worker is given up on (`worker_crashed`) by the heartbeat's
-recovery when its lease expires for the `max_run_attempts`-th time.
+recovery when its lease expires for the `max_run_attempts`-th time; a run claimed with that many
+expiries behind it already (the setting was lowered meanwhile) is failed here at once.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ from app.llm.registry import ModelRegistry
 from app.memory.embedders import EmbedderConfigError, embedder_from_settings
 from app.memory.reembed import run_reembed
 from app.queue.lease import LeasedRun
-from app.queue.manager import ClaimedRun, RunQueue
+from app.queue.manager import (
+    ClaimedRun,
+    RunQueue,
+    interrupt_started_calls,
+    worker_crashed_error,
+)
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
 from app.tools.approvals import AwaitingApproval
@@ -303,6 +309,9 @@ class Worker:
             if run.cancel_requested:
                 await leased.finish("cancelled", error=_CANCELLED)
                 return
+            if run.lease_expiries >= self.settings.max_run_attempts:
+                await self._give_up(leased)
+                return
             started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
             await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
             inner = asyncio.create_task(self._execute(leased), name=f"loop-{run.id}")
@@ -341,6 +350,15 @@ class Worker:
         finally:
             self._active.pop(run.id, None)
             self._wake.set()  # a slot is free (and the lane may have a next run)
+
+    async def _give_up(self, leased: LeasedRun) -> None:
+        """The run's worker already stopped `max_run_attempts` times (the limit was lowered
+        since its last lease expired): fail it `worker_crashed` instead of running it again."""
+        error = worker_crashed_error(leased.run.lease_expiries, self.settings.max_run_attempts)
+        log.warning("run's worker stopped too often; giving up", run_id=str(leased.run.id), **error)
+        async with leased.write() as w:
+            await interrupt_started_calls(w.session, leased.run.id, error["message"])
+        await leased.finish("failed", error=error)
 
     async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
         """A database blip interrupted the run: return it to its lane to be resumed from the
