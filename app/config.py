@@ -45,7 +45,8 @@ class Settings(BaseSettings):
         ge=1,
         description="Times a run may be cut off by its worker stopping (died, froze: its lease "
         "expired) before it fails with `worker_crashed` instead of being taken over again "
-        "(1: never taken over).",
+        "(1: never taken over). Also: a run hit by a database error in its MAX_RUN_ATTEMPTS-th "
+        "claim or later fails instead of being handed back.",
     )
     supabase_jwt_secret: str | None = Field(
         default=None,

@@ -11,7 +11,7 @@ awaits approval is parked (`awaiting_approval`): its slot is freed at once, its 
 The database may drop out (a restart, a failover, `pg_terminate_backend`): a database error
 while claiming is logged and retried with a capped exponential backoff (the worker never exits on
 one), and a run cut off by a transient one is handed back to the queue (resumed from its
-transcript) instead of being failed.
+transcript) instead of being failed, up to its `max_run_attempts`-th claim.
 
 A run that keeps killing its worker is given up on (`worker_crashed`) by the heartbeat's
 recovery when its lease expires for the `max_run_attempts`-th time; a run claimed with that many
@@ -68,7 +68,6 @@ Executor = Callable[[LeasedRun], Coroutine[Any, Any, None]]
 _TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 _BACKOFF_FIRST_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 15.0
-_MAX_TRANSIENT_HANDBACKS = 5  # from this attempt on, a transient error fails the run
 _REEMBED_STOP_SECONDS = 5.0
 
 
@@ -335,7 +334,10 @@ class Worker:
         except LeaseLostError:
             log_.warning("lease lost; another worker owns the run now")
         except Exception as exc:
-            if is_transient_db_error(exc) and run.attempt < _MAX_TRANSIENT_HANDBACKS:
+            # The same limit as for crashes, counted in claims: a run that meets a "transient"
+            # error every time (a statement timeout, a query that kills its connection) is not
+            # handed back forever either.
+            if is_transient_db_error(exc) and run.attempt < self.settings.max_run_attempts:
                 await self._hand_back_after_db_error(leased, exc)
                 return
             log_.exception("run crashed")
