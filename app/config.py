@@ -40,6 +40,14 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="On SIGTERM, how long runs may finish before hand-back."
     )
     poll_seconds: float = Field(default=5.0, gt=0, description="Fallback poll when NOTIFY is lost.")
+    max_run_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="Times a run may be cut off by its worker stopping (died, froze: its lease "
+        "expired) before it fails with `worker_crashed` instead of being taken over again "
+        "(1: never taken over). Also: a run hit by a database error in its MAX_RUN_ATTEMPTS-th "
+        "claim or later fails instead of being handed back.",
+    )
     supabase_jwt_secret: str | None = Field(
         default=None,
         description="HS256 secret for Supabase-issued JWTs (the legacy JWT secret; it keeps "

@@ -101,6 +101,11 @@ class Run(Base):
     lease_owner: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Claims of the run (its fencing token): also counts resumptions after a hand-back or an
+    approval, not only after a crash."""
+    lease_expiries: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Claims that ended with the lease running out (the worker died or froze); a run whose
+    lease expires for the MAX_RUN_ATTEMPTS-th time fails `worker_crashed`."""
     cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -120,8 +125,6 @@ class Run(Base):
     """Not claimable before this time (`ifBusy=collect`)."""
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """The run fails with `run_timeout` at this time, queued or not (a child's timeout)."""
-    lease_expiries: Mapped[int] = mapped_column(Integer, server_default="0")
-    """How often a worker stopped renewing the run's lease (what `MAX_RUN_ATTEMPTS` counts)."""
 
 
 class SessionMessage(Base):

@@ -1,13 +1,19 @@
-"""The run queue's lifecycle verbs: enqueue, claim, renew, recover, release, cancel.
+"""The run queue's lifecycle verbs: enqueue, claim, renew, recover, give up, release, cancel.
 
 API-side verbs run under RLS as the caller's tenant; the worker-side cross-tenant verbs
 (`claim_next`, `renew_leases`, `recover_expired`, `release`) run as `agent_runtime_worker`.
 Writes made *while running* a claimed run go through `app.queue.lease.LeasedRun` (fenced). The
 claim and every other lane statement are named SQL in `queries.sql`.
+
+A run whose worker keeps dying (a tool that runs the process out of memory, say) is not taken
+over forever: when its lease expires for the `max_run_attempts`-th time, `fail_exhausted` fails
+it `worker_crashed` and its lane moves on. The worker role finds such runs (it may not write
+events); each is failed, with its `run.failed` event, in a transaction of its own tenant.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
 from app.core.errors import ConflictError, NotFoundError
-from app.core.events import RunCancelledEvent, RunEvent, RunQueuedEvent
+from app.core.events import (
+    EventError,
+    RunCancelledEvent,
+    RunEvent,
+    RunFailedEvent,
+    RunQueuedEvent,
+)
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.queue.event_log import insert_events
@@ -48,11 +60,39 @@ class ClaimedRun:
     attempt: int
     input: dict[str, Any]
     cancel_requested: bool
+    lease_expiries: int = 0
+    """How many earlier claims ended with their lease expiring (the worker died or froze)."""
 
     @property
     def principal(self) -> Principal:
         """The run's user, for tenant-scoped transactions made on its behalf."""
         return Principal(user_id=self.user_id, tenant_id=self.tenant_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustedRun:
+    """A running run whose lease expired for the `max_run_attempts`-th time (`expired_at_limit`)."""
+
+    id: UUID
+    tenant_id: str
+    user_id: str
+    attempt: int
+    """The claim whose lease expired: `fail_crashed` fails the run only if it is still that one."""
+    stops: int
+    """How many times its worker stopped, this one included."""
+
+    @property
+    def principal(self) -> Principal:
+        """The run's user, whose tenant transaction fails it."""
+        return Principal(user_id=self.user_id, tenant_id=self.tenant_id)
+
+
+def worker_crashed_error(stops: int, limit: int) -> dict[str, str]:
+    """The `error` of a run given up on because its worker stopped `stops` times."""
+    return {
+        "code": "worker_crashed",
+        "message": f"the run's worker stopped {stops} times (MAX_RUN_ATTEMPTS={limit}); giving up",
+    }
 
 
 def new_session_key() -> str:
@@ -67,6 +107,17 @@ async def emit_unleased(
     row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
     await insert_events(
         session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
+    )
+
+
+async def interrupt_started_calls(s: AsyncSession, run_id: UUID, reason: str) -> None:
+    """A run given up on mid-call: its calls left `started` by a dead worker become `interrupted`
+    (no attempt will record their outcome; this is where `GET /runs/{id}/tools` shows which call
+    was in flight when the worker died)."""
+    await s.execute(
+        update(ToolExecution)
+        .where(ToolExecution.run_id == run_id, ToolExecution.status == "started")
+        .values(status="interrupted", error={"message": reason}, finished_at=func.now())
     )
 
 
@@ -88,10 +139,19 @@ async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
 class RunQueue:
     """Lifecycle verbs of the lane queue over one `Database`."""
 
-    def __init__(self, db: Database, *, default_model: str = "offline", max_turns: int = 8) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        default_model: str = "offline",
+        max_turns: int = 8,
+        max_run_attempts: int = 5,
+    ) -> None:
         self.db = db
         self.default_model = default_model
         self.max_turns = max_turns
+        self.max_run_attempts = max_run_attempts
+        """Lease expiries after which a run is failed, not recovered (`MAX_RUN_ATTEMPTS`)."""
 
     # ------------------------------------------------------------------ API side (RLS)
 
@@ -246,6 +306,7 @@ class RunQueue:
             attempt=row.attempts,
             input=row.input,
             cancel_requested=row.cancel_requested,
+            lease_expiries=row.lease_expiries,
         )
 
     async def renew_leases(
@@ -262,9 +323,55 @@ class RunQueue:
             return {r.id: r.cancel_requested for r in rows}
 
     async def recover_expired(self) -> list[UUID]:
-        """Put runs with expired leases back at the head of their lanes."""
+        """Put runs with expired leases back at the head of their lanes, except those whose lease
+        expired for the `max_run_attempts`-th time (`fail_exhausted` gives up on them)."""
         async with self.db.queue() as s:
-            return list(await s.scalars(query("recover_expired")))
+            return list(
+                await s.scalars(query("recover_expired"), {"max_attempts": self.max_run_attempts})
+            )
+
+    async def fail_exhausted(self) -> list[UUID]:
+        """Fail every run whose lease expired for the `max_run_attempts`-th time with
+        `worker_crashed`; returns the ones this call failed."""
+        return [run.id for run in await self.expired_at_limit() if await self.fail_crashed(run)]
+
+    async def expired_at_limit(self) -> list[ExhaustedRun]:
+        """The running runs whose lease expired for the `max_run_attempts`-th time (unchanged)."""
+        async with self.db.queue() as s:
+            rows = await s.execute(
+                query("expired_at_limit"), {"max_attempts": self.max_run_attempts}
+            )
+            return [
+                ExhaustedRun(
+                    id=r.id,
+                    tenant_id=r.tenant_id,
+                    user_id=r.user_id,
+                    attempt=r.attempts,
+                    stops=r.stops,
+                )
+                for r in rows
+            ]
+
+    async def fail_crashed(self, run: ExhaustedRun) -> bool:
+        """Finish `run` failed (`worker_crashed`) with its `run.failed` event, in one transaction
+        of its tenant; its lane moves on. False (nothing done) when it is no longer that expired
+        claim: another sweep failed it first, or its worker renewed it after all.
+
+        A process that dies before this commits leaves the run as it was (running, lease
+        expired), so the next sweep finds it again.
+        """
+        error = worker_crashed_error(run.stops, self.max_run_attempts)
+        async with self.db.tenant(run.principal) as s:
+            failed = await s.scalar(
+                query("fail_crashed"),
+                {"run_id": run.id, "attempt": run.attempt, "error": json.dumps(error)},
+            )
+            if failed is None:
+                return False
+            await interrupt_started_calls(s, run.id, error["message"])
+            event = RunFailedEvent(error=EventError.model_validate(error))
+            await emit_unleased(s, run.id, run.tenant_id, [event])
+        return True
 
     async def wake_overdue(self) -> list[UUID]:
         """Requeue `waiting` runs whose wait timed out (head of their lanes)."""

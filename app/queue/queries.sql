@@ -32,8 +32,8 @@ SET status = 'running',
     attempts = r.attempts + 1
 FROM candidate
 WHERE r.id = candidate.id
-RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.input,
-          r.cancel_requested_at IS NOT NULL AS cancel_requested;
+RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.lease_expiries,
+          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
@@ -44,12 +44,22 @@ RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: recover_expired
 -- Runs whose worker stopped renewing go back to the head of their lane (their queue_seq is
--- unchanged, so they are claimed before anything queued after them in the same session).
+-- unchanged, so they are claimed before anything queued after them in the same session), with
+-- one more lease expiry counted. Not a run whose lease expires for the :max_attempts-th time:
+-- it is left running (lease expired) for expired_at_limit / fail_crashed.
 UPDATE agent_run_queue
 SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
     lease_expiries = lease_expiries + 1
-WHERE status = 'running' AND lease_expires_at < now()
+WHERE status = 'running' AND lease_expires_at < now() AND lease_expiries + 1 < :max_attempts
 RETURNING id;
+
+-- name: expired_at_limit
+-- Runs whose lease expires for the :max_attempts-th time: their worker keeps dying. This role
+-- cannot write their run.failed event, so it only finds them; fail_crashed fails each in its
+-- tenant's transaction. Changes nothing: a run a sweep found and did not fail is found again.
+SELECT id, tenant_id, user_id, attempts, lease_expiries + 1 AS stops
+FROM agent_run_queue
+WHERE status = 'running' AND lease_expires_at < now() AND lease_expiries + 1 >= :max_attempts;
 
 -- name: release_runs
 -- Hand runs back (graceful shutdown): queued again, at the head of their lane.
@@ -79,6 +89,17 @@ SET status = :status, finished_at = now(),
     result = CAST(:result AS jsonb), error = CAST(:error AS jsonb),
     lease_owner = NULL, lease_expires_at = NULL, state = NULL
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+RETURNING id;
+
+-- name: fail_crashed
+-- Give up on a run found by expired_at_limit (as its tenant, with the run.failed event in the
+-- same transaction). Only if it is still the same expired claim: of two racing sweeps one wins,
+-- and a run renewed, recovered or claimed again meanwhile is left alone.
+UPDATE agent_run_queue
+SET status = 'failed', finished_at = now(), error = CAST(:error AS jsonb),
+    lease_owner = NULL, lease_expires_at = NULL, state = NULL,
+    lease_expiries = lease_expiries + 1
+WHERE id = :run_id AND status = 'running' AND lease_expires_at < now() AND attempts = :attempt
 RETURNING id;
 
 -- name: park_run

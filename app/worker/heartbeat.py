@@ -4,8 +4,9 @@ Renewing leases from the worker's main event loop would let a busy loop (a slow 
 step, a long synchronous call) starve the heartbeat until the lease expired and another worker
 re-ran the same tool calls. Here the heartbeat has its own thread, loop and connection pool, so it
 keeps beating whatever the main loop is doing. The same thread recovers other workers' expired
-leases, expires overdue tool approvals (requeuing their parked runs, so that the loop feeds the
-denial back) and reports cancel requests and lost leases back to the main loop.
+leases (and gives up on runs whose lease expired `max_run_attempts` times: `worker_crashed`),
+expires overdue tool approvals (requeuing their parked runs, so that the loop feeds the denial
+back) and reports cancel requests and lost leases back to the main loop.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Heartbeat(threading.Thread):
         worker_id: str,
         lease_seconds: float,
         interval: float,
+        max_run_attempts: int,
         held_runs: Callable[[], list[UUID]],
         on_cancel: Callable[[UUID], None],
         on_lost: Callable[[UUID], None],
@@ -43,6 +45,7 @@ class Heartbeat(threading.Thread):
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._interval = interval
+        self._max_run_attempts = max_run_attempts
         self._held_runs = held_runs
         self._on_cancel = on_cancel
         self._on_lost = on_lost
@@ -59,7 +62,7 @@ class Heartbeat(threading.Thread):
 
     async def _main(self) -> None:
         db = Database(self._url, pool_size=1, max_overflow=1)
-        queue = RunQueue(db)
+        queue = RunQueue(db, max_run_attempts=self._max_run_attempts)
         try:
             while not self._halt.is_set():
                 try:
@@ -83,6 +86,12 @@ class Heartbeat(threading.Thread):
             log.warning("recovered runs with expired leases", runs=[str(r) for r in recovered])
         if woken := await queue.wake_overdue():
             log.info("woke runs whose wait timed out", runs=[str(r) for r in woken])
+        if given_up := await queue.fail_exhausted():
+            log.error(
+                "failed runs whose worker kept stopping (worker_crashed)",
+                runs=[str(r) for r in given_up],
+                max_run_attempts=self._max_run_attempts,
+            )
         if expired := await sweep_expired_approvals(queue.db):
             log.info("expired overdue tool approvals", approvals=expired)
         self.beats += 1

@@ -12,7 +12,11 @@ awaits approval is parked (`awaiting_approval`), and one whose tool call waits f
 The database may drop out (a restart, a failover, `pg_terminate_backend`): a database error
 while claiming is logged and retried with a capped exponential backoff (the worker never exits on
 one), and a run cut off by a transient one is handed back to the queue (resumed from its
-transcript) instead of being failed.
+transcript) instead of being failed, up to its `max_run_attempts`-th claim.
+
+A run that keeps killing its worker is given up on (`worker_crashed`) by the heartbeat's
+recovery when its lease expires for the `max_run_attempts`-th time; a run claimed with that many
+expiries behind it already (the setting was lowered meanwhile) is failed here at once.
 """
 
 from __future__ import annotations
@@ -42,7 +46,12 @@ from app.llm.registry import ModelRegistry
 from app.memory.embedders import EmbedderConfigError, embedder_from_settings
 from app.memory.reembed import run_reembed
 from app.queue.lease import LeasedRun
-from app.queue.manager import ClaimedRun, RunQueue
+from app.queue.manager import (
+    ClaimedRun,
+    RunQueue,
+    interrupt_started_calls,
+    worker_crashed_error,
+)
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
 from app.tools.approvals import AwaitingApproval
@@ -61,7 +70,6 @@ Executor = Callable[[LeasedRun], Coroutine[Any, Any, None]]
 _TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 _BACKOFF_FIRST_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 15.0
-_MAX_TRANSIENT_HANDBACKS = 5  # from this attempt on, a transient error fails the run
 _REEMBED_STOP_SECONDS = 5.0
 
 
@@ -145,7 +153,7 @@ class Worker:
         self.db = db
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
-        self.queue = RunQueue(db)
+        self.queue = RunQueue(db, max_run_attempts=settings.max_run_attempts)
         self._execute = execute or agent_executor(settings)
         self._active: dict[UUID, _Active] = {}
         self._wake = asyncio.Event()
@@ -185,6 +193,7 @@ class Worker:
             worker_id=self.worker_id,
             lease_seconds=self.settings.lease_seconds,
             interval=self.settings.heartbeat_seconds,
+            max_run_attempts=self.settings.max_run_attempts,
             held_runs=lambda: list(self._active),
             on_cancel=self._threadsafe(self._signal_cancel),
             on_lost=self._threadsafe(self._signal_lost),
@@ -301,6 +310,9 @@ class Worker:
             if run.cancel_requested:
                 await leased.finish("cancelled", error=_CANCELLED)
                 return
+            if run.lease_expiries >= self.settings.max_run_attempts:
+                await self._give_up(leased)
+                return
             started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
             await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
             inner = asyncio.create_task(self._execute_until_parked(leased), name=f"loop-{run.id}")
@@ -324,7 +336,10 @@ class Worker:
         except LeaseLostError:
             log_.warning("lease lost; another worker owns the run now")
         except Exception as exc:
-            if is_transient_db_error(exc) and run.attempt < _MAX_TRANSIENT_HANDBACKS:
+            # The same limit as for crashes, counted in claims: a run that meets a "transient"
+            # error every time (a statement timeout, a query that kills its connection) is not
+            # handed back forever either.
+            if is_transient_db_error(exc) and run.attempt < self.settings.max_run_attempts:
                 await self._hand_back_after_db_error(leased, exc)
                 return
             log_.exception("run crashed")
@@ -357,6 +372,15 @@ class Worker:
             if outcome == "cancel":
                 await leased.finish("cancelled", error=_CANCELLED)
                 return
+
+    async def _give_up(self, leased: LeasedRun) -> None:
+        """The run's worker already stopped `max_run_attempts` times (the limit was lowered
+        since its last lease expired): fail it `worker_crashed` instead of running it again."""
+        error = worker_crashed_error(leased.run.lease_expiries, self.settings.max_run_attempts)
+        log.warning("run's worker stopped too often; giving up", run_id=str(leased.run.id), **error)
+        async with leased.write() as w:
+            await interrupt_started_calls(w.session, leased.run.id, error["message"])
+        await leased.finish("failed", error=error)
 
     async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
         """A database blip interrupted the run: return it to its lane to be resumed from the

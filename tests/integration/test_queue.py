@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
 from app.auth.principal import Principal
 from app.core.errors import ConflictError, LeaseLostError, NotFoundError
-from app.core.transcript import UserMessage
+from app.core.transcript import ToolCall, UserMessage
 from app.db.engine import Database
+from app.db.models import Run, ToolExecution
+from app.db.models import RunEvent as RunEventRow
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
+from app.runtime.tool_records import tool_started
 from app.runtime.transcript_store import append_messages
 
 
@@ -128,3 +131,183 @@ async def test_rls_confines_raw_sql(database: Database, queue: RunQueue) -> None
             )
         ).rowcount == 0  # type: ignore[attr-defined]
         assert await s.scalar(text("SELECT current_user")) == "agent_runtime_app"
+
+
+# ---------------------------------------------------------------- a run whose worker keeps dying
+
+
+async def _expire(database: Database, run_id: object) -> None:
+    """The holder of the run died: its lease is over."""
+    async with database.owner() as s:
+        await s.execute(
+            text(
+                "UPDATE agent_run_queue SET lease_expires_at = now() - interval '1 s' WHERE id = :id"
+            ),
+            {"id": run_id},
+        )
+
+
+async def _run_row(database: Database, run_id: object) -> Run:
+    async with database.owner() as s:
+        row = await s.scalar(select(Run).where(Run.id == run_id))
+        assert row is not None
+        return row
+
+
+async def _events(database: Database, run_id: object) -> list[tuple[str, dict[str, object]]]:
+    async with database.owner() as s:
+        rows = await s.scalars(
+            select(RunEventRow).where(RunEventRow.run_id == run_id).order_by(RunEventRow.seq)
+        )
+        return [(r.type, r.data) for r in rows]
+
+
+async def test_a_run_whose_worker_stops_max_times_fails_and_its_lane_moves_on(
+    database: Database, alice: Principal
+) -> None:
+    queue = RunQueue(database, max_run_attempts=2)
+    run = await queue.enqueue_run(alice, message="/tool oom", session_key="k")
+    nxt = await queue.enqueue_run(alice, message="next", session_key="k")
+
+    first = await queue.claim_next("w1", 30)
+    assert first is not None and (first.id, first.attempt, first.lease_expiries) == (
+        run.run_id,
+        1,
+        0,
+    )
+    await _expire(database, run.run_id)
+    assert await queue.fail_exhausted() == []  # below the limit: taken over, not failed
+    assert await queue.recover_expired() == [run.run_id]
+
+    second = await queue.claim_next("w2", 30)
+    assert second is not None and (second.id, second.attempt, second.lease_expiries) == (
+        run.run_id,
+        2,
+        1,
+    )
+    await tool_started(LeasedRun(database, second, "w2"), ToolCall(id="c1", name="run_python"))
+    await _expire(database, run.run_id)
+    assert await queue.recover_expired() == []  # at the limit: not requeued...
+    assert (await _run_row(database, run.run_id)).status == "running"
+    assert await queue.claim_next("w3", 30) is None  # ...and the lane is still held
+    assert await queue.fail_exhausted() == [run.run_id]
+
+    row = await _run_row(database, run.run_id)
+    assert (row.status, row.attempts, row.lease_expiries) == ("failed", 2, 2)
+    assert row.error == {
+        "code": "worker_crashed",
+        "message": "the run's worker stopped 2 times (MAX_RUN_ATTEMPTS=2); giving up",
+    }
+    assert row.finished_at is not None
+    assert (row.lease_owner, row.lease_expires_at, row.state) == (None, None, None)
+    events = await _events(database, run.run_id)
+    assert [t for t, _ in events] == ["run.queued", "tool.started", "run.failed"]
+    assert events[-1][1] == {"error": row.error}
+    async with database.owner() as s:
+        call = await s.scalar(select(ToolExecution).where(ToolExecution.run_id == run.run_id))
+    assert call is not None and call.status == "interrupted"  # the call that was in flight
+
+    after = await queue.claim_next("w3", 30)
+    assert after is not None and after.id == nxt.run_id
+    assert await queue.fail_exhausted() == []  # nothing left to give up on
+
+
+async def test_only_lease_expiries_count_not_hand_backs(
+    database: Database, alice: Principal
+) -> None:
+    """A run claimed again after hand-backs (or approvals) has not crashed: attempts > limit is
+    not a reason to fail it; its first lease expiry is recovered as usual."""
+    queue = RunQueue(database, max_run_attempts=2)
+    run = await queue.enqueue_run(alice, message="long", session_key="k")
+    for n in range(1, 4):
+        claimed = await queue.claim_next(f"w{n}", 30)
+        assert claimed is not None and claimed.attempt == n
+        await LeasedRun(database, claimed, f"w{n}").hand_back()
+    claimed = await queue.claim_next("w4", 30)
+    assert claimed is not None and (claimed.attempt, claimed.lease_expiries) == (4, 0)
+    await _expire(database, run.run_id)
+    assert await queue.fail_exhausted() == []
+    assert await queue.recover_expired() == [run.run_id]
+    again = await queue.claim_next("w5", 30)
+    assert again is not None and (again.attempt, again.lease_expiries) == (5, 1)
+
+
+async def test_racing_sweeps_fail_a_run_exactly_once(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    queue = RunQueue(database, max_run_attempts=1)
+    other_db = Database(db_url, pool_size=2)
+    try:
+        other = RunQueue(other_db, max_run_attempts=1)
+        run = await queue.enqueue_run(alice, message="x", session_key="k")
+        assert await queue.claim_next("w1", 30) is not None
+        await _expire(database, run.run_id)
+
+        # Both sweeps found the run before either failed it: only one may fail it.
+        found = [await queue.expired_at_limit(), await other.expired_at_limit()]
+        assert [[r.id for r in f] for f in found] == [[run.run_id], [run.run_id]]
+        results = await asyncio.gather(
+            queue.fail_crashed(found[0][0]), other.fail_crashed(found[1][0])
+        )
+        assert sorted(results) == [False, True]
+        # Whole sweeps racing: nothing left to fail, nothing failed twice.
+        assert await asyncio.gather(queue.fail_exhausted(), other.fail_exhausted()) == [[], []]
+    finally:
+        await other_db.dispose()
+    types = [t for t, _ in await _events(database, run.run_id)]
+    assert types == ["run.queued", "run.failed"]
+
+
+async def test_concurrent_full_sweeps_fail_once(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    dbs = [Database(db_url, pool_size=2) for _ in range(4)]
+    try:
+        queues = [RunQueue(db, max_run_attempts=1) for db in dbs]
+        runs = [
+            await queues[0].enqueue_run(alice, message="x", session_key=f"k{i}") for i in range(3)
+        ]
+        for r in runs:
+            assert await queues[0].claim_next("w1", 30) is not None
+            await _expire(database, r.run_id)
+        failed = await asyncio.gather(*(q.fail_exhausted() for q in queues))
+    finally:
+        for db in dbs:
+            await db.dispose()
+    assert sorted(r for f in failed for r in f) == sorted(r.run_id for r in runs)
+    for r in runs:
+        assert [t for t, _ in await _events(database, r.run_id)].count("run.failed") == 1
+
+
+async def test_a_run_renewed_or_taken_over_meanwhile_is_not_failed(
+    database: Database, alice: Principal
+) -> None:
+    queue = RunQueue(database, max_run_attempts=1)
+    run = await queue.enqueue_run(alice, message="x", session_key="k")
+    claimed = await queue.claim_next("slow", 30)
+    assert claimed is not None
+    await _expire(database, run.run_id)
+    [found] = await queue.expired_at_limit()
+    # The worker was only slow: it renews its lease before the sweep fails the run.
+    assert await queue.renew_leases("slow", [run.run_id], 30) == {run.run_id: False}
+    assert await queue.fail_crashed(found) is False
+    assert (await _run_row(database, run.run_id)).status == "running"
+
+    # An older sweep's find is stale once the run was recovered and claimed again.
+    await _expire(database, run.run_id)
+    [stale] = await queue.expired_at_limit()
+    async with database.owner() as s:
+        await s.execute(
+            text(
+                "UPDATE agent_run_queue SET status = 'queued', lease_owner = NULL, "
+                "lease_expires_at = NULL WHERE id = :id"
+            ),
+            {"id": run.run_id},
+        )
+    again = await queue.claim_next("w2", 0.01)
+    assert again is not None and again.attempt == 2
+    await asyncio.sleep(0.05)  # its (tiny) lease has expired too
+    assert await queue.fail_crashed(stale) is False
+    assert await queue.fail_exhausted() == [run.run_id]  # the current claim is failed
+    types = [t for t, _ in await _events(database, run.run_id)]
+    assert types == ["run.queued", "run.failed"]

@@ -254,3 +254,56 @@ async def test_concurrency_limit(
     for t in sorted(b for b, _ in spans):
         overlapping = sum(1 for b, e in spans if b <= t < e)
         assert overlapping <= concurrency
+
+
+async def test_heartbeat_fails_a_run_whose_worker_keeps_dying_and_the_lane_moves_on(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    """The run lost two workers (MAX_RUN_ATTEMPTS=2): a live worker's heartbeat fails it
+    `worker_crashed` instead of taking it over, and runs the next message of its session."""
+    script = Script()
+    queue = RunQueue(database, max_run_attempts=2)
+    run = await queue.enqueue_run(alice, message="kills its worker", session_key="oom")
+    nxt = await queue.enqueue_run(alice, message="next", session_key="oom")
+    assert await queue.claim_next("dead-1", 0.1) is not None
+    await asyncio.sleep(0.2)
+    assert await queue.recover_expired() == [run.run_id]  # the 1st stop: taken over
+    assert await queue.claim_next("dead-2", 0.1) is not None  # ...by a worker that died too
+    settings = settings_for(db_url, max_run_attempts=2, heartbeat_seconds=0.2)
+    async with running_worker(database, settings, script, "w1"):
+        assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
+        await wait_status(database, alice, nxt.run_id, {"completed"})
+    assert script.calls == [(nxt.run_id, 1)]
+    async with database.tenant(alice) as s:
+        error = await s.scalar(select(Run.error).where(Run.id == run.run_id))
+    assert error == {
+        "code": "worker_crashed",
+        "message": "the run's worker stopped 2 times (MAX_RUN_ATTEMPTS=2); giving up",
+    }
+    assert await event_types(database, alice, run.run_id) == ["run.queued", "run.failed"]
+
+
+async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_run(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    """MAX_RUN_ATTEMPTS was lowered while a run that had already lost 3 workers was queued."""
+    script = Script()
+    queue = RunQueue(database)
+    run = await queue.enqueue_run(alice, message="never", session_key="low")
+    nxt = await queue.enqueue_run(alice, message="next", session_key="low")
+    async with database.owner() as s:
+        await s.execute(
+            text("UPDATE agent_run_queue SET lease_expiries = 3 WHERE id = :id"),
+            {"id": run.run_id},
+        )
+    async with running_worker(database, settings_for(db_url, max_run_attempts=2), script, "w1"):
+        assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
+        await wait_status(database, alice, nxt.run_id, {"completed"})
+    assert script.calls == [(nxt.run_id, 1)]
+    async with database.tenant(alice) as s:
+        error = await s.scalar(select(Run.error).where(Run.id == run.run_id))
+    assert error == {
+        "code": "worker_crashed",
+        "message": "the run's worker stopped 3 times (MAX_RUN_ATTEMPTS=2); giving up",
+    }
+    assert await event_types(database, alice, run.run_id) == ["run.queued", "run.failed"]

@@ -135,6 +135,33 @@ async def test_a_run_cut_off_by_a_dropped_connection_is_resumed_not_failed(
     ]
 
 
+async def test_database_errors_hand_a_run_back_only_up_to_max_run_attempts(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    """A run whose every attempt meets a "transient" database error is not handed back forever:
+    from its MAX_RUN_ATTEMPTS-th claim on, the error fails it."""
+    attempts: list[int] = []
+
+    async def execute(leased: LeasedRun) -> None:
+        attempts.append(leased.run.attempt)
+        async with leased.db.owner() as s:
+            await s.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+
+    queue = RunQueue(database)
+    run = await queue.enqueue_run(alice, message="hi")
+    settings = settings_for(db_url, max_run_attempts=2)
+    async with running_worker(database, settings, execute, "w1"):
+        assert await wait_status(database, alice, run.run_id, {"completed", "failed"}) == "failed"
+    assert attempts == [1, 2]
+    assert await event_types(database, alice, run.run_id) == [
+        "run.queued",
+        "run.started",
+        "run.requeued",
+        "run.resumed",
+        "run.failed",
+    ]
+
+
 async def test_listener_reconnects_after_an_outage_and_delivers_again(
     database: Database, db_url: str, outage: Outage
 ) -> None:
@@ -207,6 +234,7 @@ async def test_heartbeat_thread_survives_an_outage(
         worker_id="hb",
         lease_seconds=3,
         interval=0.1,
+        max_run_attempts=5,
         held_runs=lambda: held,
         on_cancel=lambda _r: None,
         on_lost=lambda _r: None,

@@ -70,7 +70,8 @@ class RunFailedEvent(EventBase):
 
     type: Literal["run.failed"] = RUN_FAILED
     error: EventError | None
-    """Why: `max_turns_exceeded`, `run_timeout`, `model_error`, `context_overflow`, …"""
+    """Why: `max_turns_exceeded`, `run_timeout`, `model_error`, `context_overflow`,
+    `worker_crashed`, …"""
 
 
 class RunCancelledEvent(EventBase):
