@@ -161,6 +161,24 @@ async def test_waiting_for_the_reply_parks_the_sender_until_it_arrives(
     assert len(await sent_messages(database, alice)) == 1  # re-executed, posted once
 
 
+async def test_a_reply_racing_the_parking_is_still_the_calls_result(
+    worker: Worker, database: Database, alice: Principal
+) -> None:
+    """The target answers at once: the reply may reach the sender's inbox before it parks (the
+    parking is refused and the call runs again) or after (it is woken); either way the call
+    returns it and nothing is injected."""
+    await session(database, alice, "b")
+    for n in range(3):
+        ask = tool_line("sessions_send", sessionKey="b", message=f"quick {n}", waitForReply=True)
+        sender = await post(database, alice, ask, "a")
+        await wait_status(database, alice, sender, {"completed"})
+        [result] = await tool_results(database, alice, sender)
+        assert result.ok and result.result["reply"] == f"You said: quick {n}", result
+        types = [t for t, _ in await run_events(database, alice, sender)]
+        assert ev.MESSAGE_INJECTED not in types
+    assert len(await sent_messages(database, alice)) == 3
+
+
 async def test_a_reply_after_the_timeout_is_injected_later(
     worker: Worker, database: Database, alice: Principal
 ) -> None:
