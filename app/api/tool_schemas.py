@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from app.api.schemas import ApiModel
 from app.tools.approval_rules import ApprovalRules
 from app.tools.patterns import validate_patterns
-from app.tools.policy import ProfileName
+from app.tools.policy import ProfileName, SessionScope
 
 MAX_CALLS = 100_000
 
@@ -34,6 +34,7 @@ class PolicyBody(ApiModel):
                     },
                     "maxCallsPerTurn": 8,
                     "maxCallsPerRun": 50,
+                    "sessionScope": "user",
                 }
             ]
         }
@@ -51,6 +52,13 @@ class PolicyBody(ApiModel):
     require_approval: ApprovalRules = Field(default_factory=ApprovalRules)
     max_calls_per_turn: int | None = Field(default=None, ge=1, le=MAX_CALLS)
     max_calls_per_run: int | None = Field(default=None, ge=1, le=MAX_CALLS)
+    session_scope: SessionScope | None = Field(
+        default=None,
+        description="Which sessions the sessions tools (sessions_list, sessions_history, "
+        "sessions_send) reach: `user`, the run's user's own sessions, or `tenant`, every session "
+        "of the tenant. Omitted or null: `user` (tenant policy), the tenant's scope (agent "
+        "policy). An agent policy may narrow it to `user`, never widen it to `tenant`.",
+    )
 
     @field_validator("allow", "deny")
     @classmethod
@@ -70,6 +78,10 @@ class PolicyInfo(ApiModel):
     require_approval: ApprovalRules
     max_calls_per_turn: int | None
     max_calls_per_run: int | None
+    session_scope: SessionScope | None = Field(
+        description="Tenant: `user` (the default) or `tenant`. Agent: `user` (narrowed) or null "
+        "(the tenant's scope applies)."
+    )
     updated_at: datetime | None
 
 

@@ -177,9 +177,11 @@ class RunQueue:
         message: str,
         session_key: str | None = None,
         agent_id: UUID | None = None,
+        extra_input: dict[str, Any] | None = None,
     ) -> EnqueuedRun:
         """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
-        request's idempotency key, and commits or rolls back the run with it)."""
+        request's idempotency key, and commits or rolls back the run with it). `extra_input`:
+        more keys of the run's input beside `message` (e.g. `from`: a `sessions_send` sender)."""
         if agent_id is not None:
             agent = await get_agent(s, agent_id)
             if agent is None:
@@ -196,7 +198,7 @@ class RunQueue:
                 session_id=agent_session.id,
                 agent_id=run_agent,
                 user_id=principal.user_id,
-                input={"message": message},
+                input={**(extra_input or {}), "message": message},
             )
             .returning(Run.id)
         )

@@ -55,6 +55,20 @@ def follow_up_source(run_input: dict[str, Any]) -> MessageSource | None:
     return source_of(follow_up["kind"], follow_up.get("sourceRunId"))
 
 
+def sender_source(run_input: dict[str, Any]) -> MessageSource | None:
+    """The `source` of a run's message posted by another session's agent (`sessions_send`:
+    input `from`), else None."""
+    sent_from = run_input.get("from")
+    if not isinstance(sent_from, dict):
+        return None
+    run_id, session_key = sent_from.get("runId"), sent_from.get("sessionKey")
+    return MessageSource(
+        kind="agent",
+        run_id=run_id if isinstance(run_id, str) else None,
+        session_key=session_key if isinstance(session_key, str) else None,
+    )
+
+
 async def steer_waiting(state: RunState) -> bool:
     """Whether a user's message is waiting in the run's inbox (cheap: a partial index)."""
     run = state.leased.run

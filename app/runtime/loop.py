@@ -41,7 +41,7 @@ from app.runtime.agent_settings import AgentSettings
 from app.runtime.compaction_store import session_context
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
-from app.runtime.inbox import follow_up_source
+from app.runtime.inbox import follow_up_source, sender_source
 from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
@@ -148,7 +148,8 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
     if not state.own():
         run_input = state.leased.run.input
         question = UserMessage(
-            text=str(run_input.get("message", "")), source=follow_up_source(run_input)
+            text=str(run_input.get("message", "")),
+            source=follow_up_source(run_input) or sender_source(run_input),
         )
         await append_messages(state.leased, [question])
         state.record(question)

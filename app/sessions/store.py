@@ -63,10 +63,17 @@ def _aware(ts: datetime) -> datetime:
 
 
 async def list_sessions(
-    session: AsyncSession, *, limit: int, before: SessionCursor | None = None
+    session: AsyncSession,
+    *,
+    limit: int,
+    before: SessionCursor | None = None,
+    user_id: str | None = None,
 ) -> list[AgentSession]:
-    """Up to `limit` sessions, most recently active first, older than `before` if given."""
+    """Up to `limit` sessions, most recently active first, older than `before` if given (only
+    `user_id`'s when given)."""
     stmt: Select[tuple[AgentSession]] = select(AgentSession)
+    if user_id is not None:
+        stmt = stmt.where(AgentSession.user_id == user_id)
     if before is not None:
         if before.id is None:
             stmt = stmt.where(AgentSession.updated_at < before.updated_at)
@@ -78,11 +85,14 @@ async def list_sessions(
     return list(await session.scalars(stmt))
 
 
-async def get_session_by_key(session: AsyncSession, session_key: str) -> AgentSession | None:
-    """The tenant's session with this key, if any."""
-    result: AgentSession | None = await session.scalar(
-        select(AgentSession).where(AgentSession.session_key == session_key)
-    )
+async def get_session_by_key(
+    session: AsyncSession, session_key: str, *, user_id: str | None = None
+) -> AgentSession | None:
+    """The tenant's session with this key, if any (and if `user_id`'s, when given)."""
+    stmt = select(AgentSession).where(AgentSession.session_key == session_key)
+    if user_id is not None:
+        stmt = stmt.where(AgentSession.user_id == user_id)
+    result: AgentSession | None = await session.scalar(stmt)
     return result
 
 

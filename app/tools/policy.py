@@ -13,6 +13,11 @@ and the agent's row. A tool is decided by the first of these rules that applies:
    (allow lists of both layers add up).
 5. Anything else is not allowed.
 
+Which sessions the sessions tools (`sessions_list`, `sessions_history`, `sessions_send`) reach is
+the policy's `session_scope`: the run's user's own sessions (`user`, the default) unless the
+tenant's layer opens it to the whole tenant (`tenant`); an agent's layer may narrow it back to
+`user` but never widen it.
+
 The limits combine so that the tenant stays a ceiling: a call needs approval when the
 `require_approval` rules of either layer say so (`approval_rules.py`), and each cap on tool
 calls (`max_calls_per_turn`, `max_calls_per_run`) is the smaller of the values set. Calls are
@@ -32,7 +37,8 @@ from app.tools.patterns import first_match
 
 ProfileName = Literal["minimal", "coding", "messaging", "full"]
 PROFILES: Final[dict[str, tuple[str, ...]]] = {
-    "minimal": ("read_file", "list_files", "group:sessions"),
+    # read-only: no sessions_send (it starts runs in other sessions), like no memory_store
+    "minimal": ("read_file", "list_files", "sessions_list", "sessions_history"),
     "coding": ("group:fs", "group:runtime", "group:memory", "web_fetch"),
     "messaging": ("group:sessions", "group:memory", "group:web"),
     "full": ("*",),
@@ -41,6 +47,9 @@ DEFAULT_PROFILE: Final = "coding"
 """The profile when neither layer sets one (the column default of `agent_tool_policies`)."""
 
 Scope = Literal["default", "tenant", "agent"]
+SessionScope = Literal["user", "tenant"]
+DEFAULT_SESSION_SCOPE: Final = "user"
+"""The sessions tools' reach when no layer opens it: the run's user's own sessions."""
 RuleKind = Literal["deny", "owner_only", "profile", "allow", "not_allowed"]
 
 
@@ -55,6 +64,8 @@ class PolicyLayer:
     require_approval: ApprovalRules = field(default_factory=ApprovalRules)
     max_calls_per_turn: int | None = None
     max_calls_per_run: int | None = None
+    session_scope: SessionScope | None = None
+    """Which sessions the sessions tools reach; None: inherit (agent) or `user` (tenant)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,15 @@ class EffectivePolicy:
         if self.tenant is not None and self.tenant.profile is not None:
             return self.tenant.profile, "tenant"
         return DEFAULT_PROFILE, "default"
+
+    @property
+    def session_scope(self) -> SessionScope:
+        """`tenant` only when the tenant's layer opens it and the agent's does not narrow it."""
+        if self.tenant is None or self.tenant.session_scope != "tenant":
+            return DEFAULT_SESSION_SCOPE
+        if self.agent is not None and self.agent.session_scope == "user":
+            return "user"
+        return "tenant"
 
     def evaluate(self, tool: Tool) -> Verdict:
         """Whether `tool` is allowed, by the first rule that applies (see the module docstring)."""

@@ -13,9 +13,9 @@ from sqlalchemy import ColumnElement, delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Agent, AgentToolPolicy
+from app.db.models import Agent, AgentToolPolicy, Run
 from app.tools.approval_rules import ApprovalRules
-from app.tools.policy import EffectivePolicy, PolicyLayer
+from app.tools.policy import EffectivePolicy, PolicyLayer, SessionScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,16 @@ def layer_of(row: AgentToolPolicy) -> PolicyLayer:
         require_approval=ApprovalRules.parse(row.require_approval),
         max_calls_per_turn=row.max_calls_per_turn,
         max_calls_per_run=row.max_calls_per_run,
+        session_scope=_session_scope(row.session_scope),
     )
+
+
+def _session_scope(stored: str | None) -> SessionScope | None:
+    if stored == "tenant":
+        return "tenant"
+    if stored == "user":
+        return "user"
+    return None  # NULL (the column's CHECK admits nothing else)
 
 
 async def get_layer(s: AsyncSession, agent_id: UUID | None) -> StoredLayer | None:
@@ -61,6 +70,7 @@ async def put_layer(
         "require_approval": layer.require_approval.stored(),
         "max_calls_per_turn": layer.max_calls_per_turn,
         "max_calls_per_run": layer.max_calls_per_run,
+        "session_scope": layer.session_scope,
     }
     row = await s.scalar(
         insert(AgentToolPolicy)
@@ -106,3 +116,11 @@ async def resolve_run_policy(
     """`resolve_policy` for an agent id (an unknown agent: tenant layer only)."""
     agent = None if agent_id is None else await s.get(Agent, agent_id)
     return await resolve_policy(s, agent=agent, user_id=user_id)
+
+
+async def sessions_owner_filter(s: AsyncSession, *, run_id: UUID, user_id: str) -> str | None:
+    """Whose sessions the sessions tools of run `run_id` (by `user_id`) reach: `user_id`'s only
+    (session scope `user`, the default), or None: the whole tenant's (scope `tenant`)."""
+    agent_id = await s.scalar(select(Run.agent_id).where(Run.id == run_id))
+    policy = await resolve_run_policy(s, agent_id=agent_id, user_id=user_id)
+    return None if policy.session_scope == "tenant" else user_id

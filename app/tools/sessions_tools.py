@@ -1,7 +1,10 @@
-"""The sessions tools (group `sessions`): `sessions_list` and `sessions_history`.
+"""The sessions tools (group `sessions`): `sessions_list`, `sessions_history` and
+`sessions_send` (`sessions_send.py`).
 
-Both read as the run's tenant (RLS, through `app.sessions.store`): another tenant's sessions do
-not exist for them. What they return is capped: at most 100 sessions or messages, each text cut
+They read as the run's tenant (RLS, through `app.sessions.store`): another tenant's sessions do
+not exist for them. Within the tenant they reach the run's user's own sessions only, unless the
+tenant's policy sets `sessionScope: tenant` (`app.tools.policy`); another user's session is then
+"no such session", exactly like a missing one. What the reading tools return is capped: at most 100 sessions or messages, each text cut
 to 2,000 characters and a history to 50,000 characters in all (the oldest messages are dropped
 first; `truncated` says so).
 """
@@ -14,6 +17,8 @@ from typing import Any
 from app.core.transcript import AssistantMessage, ToolResult, UserMessage, load_message
 from app.sessions.store import get_session_by_key, list_messages, list_sessions
 from app.tools.base import Tool, ToolContext, ToolError
+from app.tools.policy_store import sessions_owner_filter
+from app.tools.sessions_send import SessionsSend
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -56,11 +61,13 @@ def compact(seq: int, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class SessionsList(Tool):
-    """List the tenant's sessions, most recently active first."""
+    """List the sessions the run may see (its user's, or the tenant's), most recently active
+    first."""
 
     name = "sessions_list"
     description = (
-        "List this workspace's chat sessions (most recently active first): sessionKey, title, "
+        "List the chat sessions you can reach, most recently active first (your user's; the "
+        "whole workspace's if its policy opens them): sessionKey, title, "
         f"messageCount, lastRunAt and whether it is the current session. Optional `limit` "
         f"(default {DEFAULT_LIMIT}, at most {MAX_LIMIT})."
     )
@@ -76,7 +83,8 @@ class SessionsList(Tool):
         """`{"sessions": [...], "truncated"}`."""
         limit: int = args.get("limit", DEFAULT_LIMIT)
         async with ctx.db.tenant(ctx.principal) as s:
-            rows = await list_sessions(s, limit=limit + 1)
+            owner = await sessions_owner_filter(s, run_id=ctx.run_id, user_id=ctx.principal.user_id)
+            rows = await list_sessions(s, limit=limit + 1, user_id=owner)
         return {
             "sessions": [
                 {
@@ -93,7 +101,7 @@ class SessionsList(Tool):
 
 
 class SessionsHistory(Tool):
-    """Read the latest messages of one of the tenant's sessions."""
+    """Read the latest messages of one of the sessions the run may see."""
 
     name = "sessions_history"
     description = (
@@ -118,7 +126,8 @@ class SessionsHistory(Tool):
         key: str = args["sessionKey"]
         limit: int = args.get("limit", DEFAULT_LIMIT)
         async with ctx.db.tenant(ctx.principal) as s:
-            session = await get_session_by_key(s, key)
+            owner = await sessions_owner_filter(s, run_id=ctx.run_id, user_id=ctx.principal.user_id)
+            session = await get_session_by_key(s, key, user_id=owner)
             if session is None:
                 raise ToolError(f"no such session: {key}")
             after = max(0, session.message_count - limit)
@@ -143,4 +152,4 @@ class SessionsHistory(Tool):
 
 def sessions_tools() -> list[Tool]:
     """One instance of each sessions tool."""
-    return [SessionsList(), SessionsHistory()]
+    return [SessionsList(), SessionsHistory(), SessionsSend()]

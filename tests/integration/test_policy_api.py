@@ -50,6 +50,7 @@ async def test_tenant_policy_defaults_put_get_delete(api: Api) -> None:
         "requireApproval": {"risk": [], "tools": [], "args": []},
         "maxCallsPerTurn": None,
         "maxCallsPerRun": None,
+        "sessionScope": "user",
         "updatedAt": None,
     }
     body = {
@@ -90,6 +91,7 @@ async def test_tenant_policy_defaults_put_get_delete(api: Api) -> None:
         ({"allow": ["rm -rf"]}, "allow"),
         ({"deny": ["group:nope"]}, "deny"),
         ({"maxCallsPerTurn": 0}, "maxCallsPerTurn"),
+        ({"sessionScope": "everyone"}, "sessionScope"),
         ({"requireApproval": {"risk": ["extreme"]}}, "requireApproval.risk.0"),
         (
             {"requireApproval": {"args": [{"tool": "x", "arg": "y", "allowRegex": ["("]}]}},
@@ -256,3 +258,26 @@ async def test_run_tools_lists_the_runs_tool_calls(
         f"/api/agent-runtime/runs/{run['runId']}/tools", headers=auth("mallory")
     )
     assert other.status_code == 404 and error_of(other)["field"] == "runId"
+
+
+async def test_session_scope_is_opened_by_the_tenant_and_only_narrowed_by_an_agent(
+    api: Api, database: Database, alice: Principal
+) -> None:
+    r = await api.client.put(POLICIES, json={"sessionScope": "tenant"}, headers=auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["sessionScope"] == "tenant"
+    assert (await api.client.get(POLICIES, headers=auth())).json()["sessionScope"] == "tenant"
+    r = await api.client.put(POLICIES, json={}, headers=auth())
+    assert r.json()["sessionScope"] == "user"  # replaced: back to the default
+
+    agent_id = await default_agent_id(database, alice)
+    path = f"/api/agent-runtime/agents/{agent_id}/policy"
+    assert (await api.client.get(path, headers=auth())).json()["sessionScope"] is None
+    r = await api.client.put(path, json={"sessionScope": "tenant"}, headers=auth())
+    assert r.status_code == 422, r.text
+    assert error_of(r)["field"] == "sessionScope" and "narrow" in error_of(r)["message"]
+    r = await api.client.put(path, json={"sessionScope": "user"}, headers=auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["sessionScope"] == "user"
+    r = await api.client.put(path, json={}, headers=auth())
+    assert r.json()["sessionScope"] is None  # inherits the tenant's again

@@ -1,19 +1,27 @@
-"""sessions_list and sessions_history: the tenant's own sessions only, with size caps."""
+"""sessions_list, sessions_history and sessions_send, called directly: the tenant's sessions
+only, and within it the run's user's own unless the tenant policy opens the session scope; size
+caps; sessions_send's checks and idempotency (its runs end to end: test_sessions_send.py)."""
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import func, select
 
 from app.auth.principal import Principal
 from app.config import Settings
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from app.db.engine import Database
+from app.db.models import AgentMessage, Run
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from app.runtime.transcript_store import append_messages
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
 from app.tools.sessions_tools import MAX_HISTORY_CHARS, MAX_TEXT_CHARS, sessions_tools
+from tests.integration.policy_support import default_agent_id, set_policy
 
 TOOLS = ToolRegistry(sessions_tools())
 Message = UserMessage | AssistantMessage | ToolResult
@@ -40,8 +48,8 @@ async def session_with(
     )
 
 
-async def call(ctx: ToolContext, name: str, **args: Any) -> ToolResult:
-    return await TOOLS.execute(ctx, ToolCall(id="c", name=name, args=args))
+async def call(ctx: ToolContext, name: str, call_id: str = "c", **args: Any) -> ToolResult:
+    return await TOOLS.execute(ctx, ToolCall(id=call_id, name=name, args=args))
 
 
 async def test_sessions_list_shows_the_tenants_sessions_only(
@@ -126,3 +134,89 @@ async def test_sessions_history_caps_what_it_returns(database: Database, alice: 
     assert sum(len(m["text"]) for m in messages) <= MAX_HISTORY_CHARS
     assert 0 < len(messages) < 40 and r.result["truncated"]
     assert messages[-1]["seq"] == 40  # the newest are kept
+
+
+@pytest.fixture
+def bob(alice: Principal) -> Principal:
+    """Another user of alice's tenant."""
+    return Principal(user_id="bob", tenant_id=alice.tenant_id)
+
+
+async def test_another_users_sessions_are_hidden_by_default(
+    database: Database, alice: Principal, bob: Principal
+) -> None:
+    await session_with(database, bob, "bob-chat", [UserMessage(text="bob's private notes")])
+    ctx = await session_with(database, alice, "alice-chat", [])
+
+    listed = await call(ctx, "sessions_list")
+    assert [s["sessionKey"] for s in listed.result["sessions"]] == ["alice-chat"]
+    read = await call(ctx, "sessions_history", sessionKey="bob-chat")
+    assert not read.ok and read.error == "no such session: bob-chat"
+    sent = await call(ctx, "sessions_send", sessionKey="bob-chat", message="hello bob")
+    assert not sent.ok and sent.error == "no such session: bob-chat"
+    async with database.tenant(alice) as s:
+        assert await s.scalar(select(func.count()).select_from(AgentMessage)) == 0
+        assert await s.scalar(select(func.count()).select_from(Run)) == 2  # nothing queued
+
+
+async def test_tenant_session_scope_opens_the_tenants_sessions(
+    database: Database, alice: Principal, bob: Principal
+) -> None:
+    await set_policy(database, alice, session_scope="tenant")
+    await session_with(database, bob, "bob-chat", [UserMessage(text="shared notes")])
+    ctx = await session_with(database, alice, "alice-chat", [])
+
+    listed = await call(ctx, "sessions_list")
+    assert {s["sessionKey"] for s in listed.result["sessions"]} == {"alice-chat", "bob-chat"}
+    read = await call(ctx, "sessions_history", sessionKey="bob-chat")
+    assert read.ok and read.result["messages"][0]["text"] == "shared notes"
+    sent = await call(ctx, "sessions_send", sessionKey="bob-chat", message="hello bob")
+    assert sent.ok, sent.error
+    assert sent.result["sessionKey"] == "bob-chat"
+
+    # an agent's policy narrows it back to the user's own sessions
+    await set_policy(
+        database, alice, agent_id=await default_agent_id(database, alice), session_scope="user"
+    )
+    listed = await call(ctx, "sessions_list")
+    assert [s["sessionKey"] for s in listed.result["sessions"]] == ["alice-chat"]
+    again = await call(ctx, "sessions_send", call_id="c2", sessionKey="bob-chat", message="hi")
+    assert not again.ok and again.error == "no such session: bob-chat"
+
+
+async def test_sessions_send_posts_once_per_tool_call(database: Database, alice: Principal) -> None:
+    await session_with(database, alice, "target", [])
+    ctx = await session_with(database, alice, "sender", [])
+
+    first = await call(ctx, "sessions_send", call_id="call-1", sessionKey="target", message="hi")
+    again = await call(ctx, "sessions_send", call_id="call-1", sessionKey="target", message="hi")
+    assert first.ok and again.ok, (first.error, again.error)
+    assert first.result == again.result and first.result["sessionKey"] == "target"
+    async with database.tenant(alice) as s:
+        [sent] = list(await s.scalars(select(AgentMessage)))
+        queued = await s.get(Run, UUID(first.result["runId"]))
+    assert sent.target_run_id == queued.id and sent.tool_call_id == "call-1"  # type: ignore[union-attr]
+    assert sent.origin_run_id == ctx.run_id and not sent.wait_for_reply
+    assert queued is not None and queued.status == "queued"
+    assert queued.input == {
+        "message": "hi",
+        "from": {"sessionKey": "sender", "runId": str(ctx.run_id), "originRunId": str(ctx.run_id)},
+    }
+    other = await call(ctx, "sessions_send", call_id="call-2", sessionKey="target", message="hi")
+    assert other.ok and other.result["runId"] != first.result["runId"]
+
+
+async def test_sessions_send_refuses_its_own_session_and_bad_arguments(
+    database: Database, alice: Principal
+) -> None:
+    ctx = await session_with(database, alice, "here", [])
+    own = await call(ctx, "sessions_send", sessionKey="here", message="hello me")
+    assert not own.ok and "cannot send to the current session" in (own.error or "")
+    missing = await call(ctx, "sessions_send", sessionKey="nowhere", message="hi")
+    assert not missing.ok and missing.error == "no such session: nowhere"
+    empty = await call(ctx, "sessions_send", sessionKey="here", message="")
+    assert not empty.ok and "invalid arguments" in (empty.error or "")
+    long = await call(ctx, "sessions_send", sessionKey="here", message="x" * 20_001)
+    assert not long.ok and "invalid arguments" in (long.error or "")
+    slow = await call(ctx, "sessions_send", sessionKey="x", message="hi", timeoutSeconds=3601)
+    assert not slow.ok and "invalid arguments" in (slow.error or "")

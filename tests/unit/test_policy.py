@@ -139,6 +139,9 @@ def test_default_agent_has_every_memory_tool_and_minimal_none() -> None:
     messaging = EffectivePolicy(tenant=tenant(profile="messaging"))
     assert {t.name for t in messaging.allowed(memory_tools())} == memory
     assert EffectivePolicy(tenant=tenant(profile="minimal")).allowed(memory_tools()) == []
+    send = make("sessions_send", "sessions", "medium")
+    assert not EffectivePolicy(tenant=tenant(profile="minimal")).evaluate(send).allowed
+    assert EffectivePolicy(tenant=tenant(profile="messaging")).evaluate(send).allowed
 
 
 def test_agent_profile_replaces_tenant_profile_and_null_inherits() -> None:
@@ -242,3 +245,28 @@ def test_cap_of_one_layer_applies_alone() -> None:
     policy = EffectivePolicy(agent=agent(max_calls_per_run=1))
     assert policy.cap_refusal(1, 1) is None
     assert policy.cap_refusal(1, 2) is not None
+
+
+# ---------------------------------------------------------------------------- session scope
+
+
+@pytest.mark.parametrize(
+    ("tenant_scope", "agent_scope", "effective"),
+    [
+        (None, None, "user"),  # no layer opens it: the run's user's sessions
+        ("user", None, "user"),
+        ("tenant", None, "tenant"),
+        ("tenant", "user", "user"),  # an agent may narrow it
+        (None, "tenant", "user"),  # but not widen it (the API refuses to store that, too)
+        ("user", "tenant", "user"),
+    ],
+)
+def test_session_scope_is_opened_by_the_tenant_and_narrowed_by_the_agent(
+    tenant_scope: Any, agent_scope: Any, effective: str
+) -> None:
+    policy = EffectivePolicy(
+        tenant=tenant(session_scope=tenant_scope), agent=agent(session_scope=agent_scope)
+    )
+    assert policy.session_scope == effective
+    assert EffectivePolicy().session_scope == "user"
+    assert EffectivePolicy(tenant=tenant(session_scope="tenant")).session_scope == "tenant"

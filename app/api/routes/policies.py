@@ -18,7 +18,7 @@ from app.api.errors import ApiError
 from app.api.schemas import error_responses
 from app.api.tool_schemas import PolicyBody, PolicyInfo
 from app.tools.approval_rules import ApprovalRules
-from app.tools.policy import DEFAULT_PROFILE, PolicyLayer
+from app.tools.policy import DEFAULT_PROFILE, DEFAULT_SESSION_SCOPE, PolicyLayer
 from app.tools.policy_store import StoredLayer, delete_layer, get_layer, put_layer
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["policies"])
@@ -39,6 +39,7 @@ def policy_info(agent_id: UUID | None, stored: StoredLayer | None) -> PolicyInfo
             require_approval=ApprovalRules(),
             max_calls_per_turn=None,
             max_calls_per_run=None,
+            session_scope=DEFAULT_SESSION_SCOPE if agent_id is None else None,
             updated_at=None,
         )
     layer = stored.layer
@@ -52,12 +53,24 @@ def policy_info(agent_id: UUID | None, stored: StoredLayer | None) -> PolicyInfo
         require_approval=layer.require_approval,
         max_calls_per_turn=layer.max_calls_per_turn,
         max_calls_per_run=layer.max_calls_per_run,
+        session_scope=(
+            layer.session_scope or DEFAULT_SESSION_SCOPE
+            if agent_id is None
+            else layer.session_scope
+        ),
         updated_at=stored.row.updated_at,
     )
 
 
 def layer_of(body: PolicyBody, agent_id: UUID | None) -> PolicyLayer:
-    """The layer a PUT body describes."""
+    """The layer a PUT body describes (an agent's may not widen the session scope: 422)."""
+    if agent_id is not None and body.session_scope == "tenant":
+        raise ApiError(
+            422,
+            "an agent policy may only narrow sessionScope to 'user'; open it to the tenant in "
+            "the tenant policy (PUT /policies)",
+            field="sessionScope",
+        )
     return PolicyLayer(
         scope="tenant" if agent_id is None else "agent",
         profile=body.profile or (DEFAULT_PROFILE if agent_id is None else None),
@@ -66,6 +79,7 @@ def layer_of(body: PolicyBody, agent_id: UUID | None) -> PolicyLayer:
         require_approval=body.require_approval,
         max_calls_per_turn=body.max_calls_per_turn,
         max_calls_per_run=body.max_calls_per_run,
+        session_scope=body.session_scope,
     )
 
 
