@@ -172,7 +172,7 @@ LIMIT 100;
 -- Conditional: of two workers sweeping at once, one fails the run (the other gets no row).
 UPDATE agent_run_queue
 SET status = 'failed', finished_at = now(), state = NULL, wake_at = NULL,
-    error = jsonb_build_object('code', 'run_timeout', 'message', :message)
+    error = jsonb_build_object('code', 'run_timeout', 'message', CAST(:message AS text))
 WHERE id = :run_id AND deadline_at <= now()
   AND status IN ('queued', 'awaiting_approval', 'waiting')
 RETURNING id;

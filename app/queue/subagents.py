@@ -248,12 +248,8 @@ class WaitProgress:
 
 def outcome_of(payload: dict[str, Any]) -> dict[str, Any]:
     """A child's outcome as `sessions_wait` returns it."""
-    entry: dict[str, Any] = {
-        "childRunId": str(payload.get("childRunId")),
-        "childSessionKey": payload.get("childSessionKey"),
-        "label": payload.get("label"),
-        "status": payload.get("status"),
-    }
+    # label, status and outcome first: a reader that cuts the JSON short still sees them
+    entry: dict[str, Any] = {"label": payload.get("label"), "status": payload.get("status")}
     if payload.get("status") == "completed":
         result = payload.get("result")
         entry["result"] = result.get("text", "") if isinstance(result, dict) else ""
@@ -262,6 +258,8 @@ def outcome_of(payload: dict[str, Any]) -> dict[str, Any]:
         entry["error"] = (
             error if isinstance(error, dict) else {"code": payload.get("status"), "message": ""}
         )
+    entry["childRunId"] = str(payload.get("childRunId"))
+    entry["childSessionKey"] = payload.get("childSessionKey")
     return entry
 
 
@@ -355,7 +353,7 @@ async def collect_outcomes(
     for child in awaited:
         spawn = by_child[child]
         if child in mine:
-            results.append({**outcome_of(mine[child]), "label": spawn.label})
+            results.append(outcome_of({**mine[child], "label": spawn.label}))
         elif spawn.status in ENDED_SPAWN_STATUSES:
             results.append(_spawn_outcome(spawn))
         else:
