@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 
 from app.auth.principal import Principal
 from app.db.engine import Database
-from app.db.models import Run, RunInboxItem, SubagentSpawn
+from app.db.models import Run, RunEvent, RunInboxItem, SubagentSpawn
 from app.tools.base import Tool, ToolContext
 from tests.integration.api_support import Api, auth, make_settings, running_api
 from tests.integration.policy_support import (
@@ -369,3 +369,36 @@ async def run_status_of(db: Database, who: Principal, run_id: UUID) -> str:
         status = await s.scalar(select(Run.status).where(Run.id == run_id))
     assert status is not None
     return status
+
+
+async def test_a_parked_wait_times_out_and_the_run_goes_on(
+    api: Api, database: Database, db_url: str, alice: Principal
+) -> None:
+    message = "\n".join(
+        [
+            spawn_line("/sleep 4000\n/answer slow", label="s"),
+            tool_line("sessions_wait", timeoutSeconds=1),
+        ]
+    )
+    async with running_worker(database, worker_settings(db_url), "w1"):
+        run_id = UUID((await api.post_run(message))["runId"])
+        [child] = await wait_children(database, alice, run_id, 1)
+        assert await wait_status(database, alice, run_id, {"waiting"}) == "waiting"
+        assert await wait_status(database, alice, run_id, ENDED, timeout=5) == "completed"
+        assert await run_status_of(database, alice, child) == "running"  # the child goes on
+        await wait_status(database, alice, child, ENDED)
+    [_, (kind, waited)] = await tool_outcomes(database, alice, run_id)
+    assert kind == "tool.completed"
+    assert waited == {"results": [], "pending": [str(child)], "timedOut": True}
+    states = [d["to"] for t, d in await all_events(database, alice, run_id) if t == "state.changed"]
+    assert "waiting" in states
+
+
+async def all_events(
+    db: Database, who: Principal, run_id: UUID
+) -> list[tuple[str, dict[str, Any]]]:
+    async with db.tenant(who) as s:
+        rows = await s.scalars(
+            select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)
+        )
+        return [(r.type, r.data) for r in rows]
