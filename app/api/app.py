@@ -27,6 +27,7 @@ from app.api.routes import (
     sessions,
     stream,
     stream_tickets,
+    subagents,
     tools,
 )
 from app.api.schemas import ErrorResponse, error_responses
@@ -103,6 +104,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         stream_tickets,
         chat,
         sessions,
+        subagents,
         agents,
         tools,
         policies,

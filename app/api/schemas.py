@@ -131,6 +131,19 @@ class ContextInfo(ApiModel):
     )
 
 
+class ChildSummary(ApiModel):
+    """A sub-agent the run spawned (`sessions_spawn`)."""
+
+    run_id: UUID = Field(examples=[_RUN_ID])
+    session_key: str | None = Field(examples=["chat:42:sub:1a2b3c4d"])
+    label: str | None = Field(examples=["researcher"])
+    status: str = Field(
+        description="The child run's status; once ended: `completed`, `failed`, `cancelled` or "
+        "`timed_out`.",
+        examples=["running"],
+    )
+
+
 class RunStatus(ApiModel):
     """A run's status, outcome and usage."""
 
@@ -146,6 +159,11 @@ class RunStatus(ApiModel):
     state: str | None = Field(description="What the running loop is doing, if running.")
     attempts: int = Field(description="How many times a worker has claimed the run.")
     context: ContextInfo
+    children: list[ChildSummary] = Field(
+        default_factory=list,
+        description="The sub-agents it spawned, in order (`GET /runs/{runId}/children` has "
+        "their outcomes and their own children).",
+    )
 
 
 class CancelResult(ApiModel):

@@ -91,7 +91,7 @@ class PolicyInfo(ApiModel):
 class RuleInfo(ApiModel):
     """The rule that decided whether a tool is allowed."""
 
-    kind: Literal["deny", "owner_only", "profile", "allow", "not_allowed"]
+    kind: Literal["deny", "owner_only", "profile", "allow", "not_allowed", "ceiling"]
     scope: Literal["default", "tenant", "agent"] | None
     pattern: str | None
     profile: str | None

@@ -17,10 +17,19 @@ summarises them:
   the k-th `/next` acts on the turn after k rounds of tool results (its `/tool` lines are that
   turn's calls; without any, that turn summarises the results). In a message with `/next`, each
   block's `/sleep` waits at the start of its own turn;
+* `/answer TEXT` makes the final answer exactly TEXT (the rest of the line; `\n` in it is a line
+  break, `\\` a backslash): on the first turn when there are no tool calls, else instead of the
+  summary of their results (so a sub-agent's answer can be scripted: `/answer 42`);
 * otherwise it answers `You said: <the message, verbatim>`, streamed in at least two chunks.
 
 After tool results it answers one line per result: `<tool name> ok: <result>` or
 `<tool name> failed: <error>`, the quote cut to at most 80 characters.
+
+A sub-agent's outcome (a user-role message with `source` kind `subagent`, injected into the run
+or queued as a follow-up run) is never read for directives — its text comes from another model —
+and is answered `Noted: <its first line>`. A user's steered message (`user`) and another agent's
+message (`agent`, from `sessions_send`: its text is that agent's prompt, so two scripted agents
+can talk) are read like any user message.
 
 Plan mode (`app.llm.offline_plan` has the details): asked for a plan (`purpose="plan"`), it
 answers plan JSON built from a `/plan step one; step two` line (steps may carry inline calls:
@@ -71,11 +80,14 @@ from app.llm.offline_compact import offline_flush_calls, offline_summary
 from app.llm.offline_plan import StepTurn, plan_answer, step_summary, step_turn
 
 ECHO_PREFIX = "You said: "
+NOTED_PREFIX = "Noted: "
 QUOTE_MAX = 80
 _TOOL_LINE = re.compile(r"^/tool\s+(\S+)(?:\s+(.*))?$", re.DOTALL)
 _SLEEP_LINE = re.compile(r"^/sleep\s+(\d+)$")
 _FAIL_LINE = "/fail"
 _THINK_LINE = re.compile(r"^/think\s+(.+)$")
+_ANSWER_LINE = re.compile(r"^/answer\s+(.+)$")
+_ESCAPE = re.compile(r"\\(.)")
 
 
 @dataclass(slots=True)
@@ -88,10 +100,13 @@ class Directives:
     fail: bool = False
     thinking: list[str] = field(default_factory=list)
     """The text of each `/think` line, in order."""
+    answer: str | None = None
+    """The final answer a `/answer` line scripts (escapes resolved; the last line wins)."""
 
 
 def parse_directives(text: str) -> Directives:
-    """Find `/tool`, `/sleep`, `/fail` and `/think` lines (leading/trailing spaces ignored)."""
+    """Find `/tool`, `/sleep`, `/fail`, `/think` and `/answer` lines (leading/trailing spaces
+    ignored)."""
     found = Directives()
     for raw_line in text.splitlines():
         line = raw_line.strip()
@@ -103,7 +118,19 @@ def parse_directives(text: str) -> Directives:
             found.fail = True
         elif m := _THINK_LINE.match(line):
             found.thinking.append(m.group(1))
+        elif m := _ANSWER_LINE.match(line):
+            found.answer = unescape(m.group(1))
     return found
+
+
+def unescape(text: str) -> str:
+    """`\\n` → a line break, `\\X` → X (so `\\\\` is one backslash)."""
+    return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+
+
+def injected(message: UserMessage | None) -> bool:
+    """A sub-agent's outcome, reported to its parent (not a prompt to follow)."""
+    return message is not None and message.source is not None and message.source.kind == "subagent"
 
 
 def parse_args(raw: str | None) -> dict[str, Any]:
@@ -206,6 +233,12 @@ class OfflineModel(Model):
             return
         position, user = _latest_user(request.messages)
         message = user.text if user is not None else ""
+        if injected(user):
+            text = NOTED_PREFIX + (message.splitlines() or [""])[0]
+            for chunk in split_chunks(text):
+                yield TextDelta(chunk)
+            yield Usage(input_tokens, estimate_tokens(len(text)))
+            return
         directives = parse_directives(message)
         results = _trailing_results(request.messages)
         if (blocks := _blocks(message)) is not None:
@@ -223,6 +256,11 @@ class OfflineModel(Model):
         if results:
             if directives.sleep_ms:
                 await asyncio.sleep(directives.sleep_ms / 1000)
+            if directives.answer is not None:
+                for chunk in split_chunks(directives.answer):
+                    yield TextDelta(chunk)
+                yield Usage(input_tokens, estimate_tokens(len(directives.answer)))
+                return
             lines = [summary_line(r) for r in results]
             text = "\n".join(lines)
             for i, line in enumerate(lines):
@@ -242,7 +280,12 @@ class OfflineModel(Model):
                 yield event
             return
 
-        chunks = [ECHO_PREFIX, *split_chunks(message)] if message else [ECHO_PREFIX, "(nothing)"]
+        if directives.answer is not None:
+            chunks = split_chunks(directives.answer) or [""]
+        elif message:
+            chunks = [ECHO_PREFIX, *split_chunks(message)]
+        else:
+            chunks = [ECHO_PREFIX, "(nothing)"]
         for chunk in chunks:
             yield TextDelta(chunk)
             await asyncio.sleep(0)  # a real stream yields to the event loop between chunks

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -123,7 +124,12 @@ async def interrupt_started_calls(s: AsyncSession, run_id: UUID, reason: str) ->
 
 async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
     """A cancelled run's pending approval expires; its waiting call is recorded as failed."""
-    reason = f"run cancelled by {user_id}"
+    await close_approvals(s, run_id, f"run cancelled by {user_id}")
+
+
+async def close_approvals(s: AsyncSession, run_id: UUID, reason: str) -> None:
+    """A run that ended while parked: its pending approval expires and its waiting call is
+    recorded as failed, both with `reason`."""
     await s.execute(
         update(ToolApproval)
         .where(ToolApproval.run_id == run_id, ToolApproval.status == "pending")
@@ -178,10 +184,17 @@ class RunQueue:
         session_key: str | None = None,
         agent_id: UUID | None = None,
         extra_input: dict[str, Any] | None = None,
+        parent_run_id: UUID | None = None,
+        timeout_seconds: int | None = None,
     ) -> EnqueuedRun:
         """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
-        request's idempotency key, and commits or rolls back the run with it). `extra_input`:
-        more keys of the run's input beside `message` (e.g. `from`: a `sessions_send` sender)."""
+        request's idempotency key, and commits or rolls back the run with it).
+
+        `extra_input`: more keys of the run's input beside `message` (e.g. `from`: a
+        `sessions_send` sender); `parent_run_id`: the run spawning this one (a sub-agent's run);
+        `timeout_seconds`: the run's hard deadline from now (`deadline_at`: it fails
+        `run_timeout` then, queued or not).
+        """
         if agent_id is not None:
             agent = await get_agent(s, agent_id)
             if agent is None:
@@ -199,6 +212,12 @@ class RunQueue:
                 agent_id=run_agent,
                 user_id=principal.user_id,
                 input={**(extra_input or {}), "message": message},
+                parent_run_id=parent_run_id,
+                deadline_at=(
+                    None
+                    if timeout_seconds is None
+                    else func.now() + timedelta(seconds=timeout_seconds)
+                ),
             )
             .returning(Run.id)
         )

@@ -156,3 +156,67 @@ UPDATE agent_run_queue
 SET cancel_requested_at = coalesce(cancel_requested_at, now())
 WHERE id = :run_id AND status = 'running'
 RETURNING id, status;
+
+-- name: wait_clock
+-- A sessions_wait call's clock: when it first started (its first tool.started event, kept across
+-- the run being parked and resumed; now() if none is stored yet) and the database's now().
+SELECT coalesce(min(created_at), now()) AS started_at, now() AS now
+FROM run_events
+WHERE run_id = :run_id AND type = 'tool.started' AND data ->> 'toolCallId' = :tool_call_id;
+
+-- name: spawn_tree
+-- The sub-agents a run spawned and theirs, down to :levels levels, parents before children.
+-- A child's status is its spawn's once ended (`timed_out` is only known there), else its run's.
+WITH RECURSIVE tree AS (
+  SELECT sp.*, 1 AS level FROM subagent_spawns sp
+  WHERE sp.parent_run_id = :run_id AND sp.child_run_id IS NOT NULL
+  UNION ALL
+  SELECT sp.*, t.level + 1 FROM subagent_spawns sp
+  JOIN tree t ON sp.parent_run_id = t.child_run_id
+  WHERE t.level < :levels AND sp.child_run_id IS NOT NULL
+)
+SELECT t.parent_run_id, t.child_run_id, t.child_session_key, t.label, t.task, t.agent_id,
+       CASE WHEN t.status IN ('completed', 'failed', 'cancelled', 'timed_out') THEN t.status
+            ELSE r.status END AS status,
+       r.result, r.error, t.created_at, r.finished_at
+FROM tree t JOIN agent_run_queue r ON r.id = t.child_run_id
+ORDER BY t.level, t.created_at, t.id;
+
+-- name: overdue_runs
+-- Runs no worker holds whose hard deadline (`deadline_at`, a sub-agent's timeoutSeconds) has
+-- passed: the workers' heartbeat fails each in a transaction of its tenant. Cross-tenant read.
+SELECT id, tenant_id FROM agent_run_queue
+WHERE deadline_at <= now() AND status IN ('queued', 'awaiting_approval', 'waiting')
+ORDER BY deadline_at
+LIMIT 100;
+
+-- name: fail_overdue
+-- Conditional: of two workers sweeping at once, one fails the run (the other gets no row).
+UPDATE agent_run_queue
+SET status = 'failed', finished_at = now(), state = NULL, wake_at = NULL,
+    error = jsonb_build_object('code', 'run_timeout', 'message', CAST(:message AS text))
+WHERE id = :run_id AND deadline_at <= now()
+  AND status IN ('queued', 'awaiting_approval', 'waiting')
+RETURNING id;
+
+-- name: orphaned_runs
+-- Live runs whose parent was cancelled but that the cancel did not reach (the run-ended trigger
+-- skips rows a worker had locked): running ones not yet asked to stop, and idle ones.
+SELECT c.id, c.tenant_id FROM agent_run_queue c
+JOIN agent_run_queue p ON p.id = c.parent_run_id
+WHERE p.status = 'cancelled'
+  AND (c.status IN ('queued', 'awaiting_approval', 'waiting')
+       OR (c.status = 'running' AND c.cancel_requested_at IS NULL))
+LIMIT 100;
+
+-- name: cancel_orphan
+-- An idle run of a cancelled parent is cancelled like the trigger does it.
+UPDATE agent_run_queue
+SET status = 'cancelled', finished_at = now(),
+    cancel_requested_at = coalesce(cancel_requested_at, now()),
+    error = jsonb_build_object('code', 'cancelled', 'message', 'parent run cancelled'),
+    state = NULL, wake_at = NULL
+WHERE id = :run_id AND status IN ('queued', 'awaiting_approval', 'waiting')
+  AND EXISTS (SELECT 1 FROM agent_run_queue p
+              WHERE p.id = agent_run_queue.parent_run_id AND p.status = 'cancelled')
+RETURNING id;

@@ -3,9 +3,12 @@
 * `max_turns_exceeded`: the agent's `maxTurns` model turns went by without a final answer (in plan
   mode: per step);
 * `run_timeout`: the agent's `timeoutSeconds` (default `RUN_TIMEOUT_SECONDS`) passed since the run
-  first started. The clock is the run row's `started_at` as measured by the database, so a
-  resumed attempt gets only what is left, and worker clocks do not matter. The deadline
-  interrupts whatever is in flight (a model call, a tool);
+  first started, or the run's own hard deadline (`deadline_at`: a sub-agent's `timeoutSeconds`,
+  counted from its spawn) passed, whichever comes first. The clock is the run row's
+  `started_at` as measured by the database, so a resumed attempt gets only what is left, and
+  worker clocks do not matter. The deadline interrupts whatever is in flight (a model call, a
+  tool); a run past its `deadline_at` while no worker holds it is failed by the workers' sweep
+  (`app.queue.sweeps`);
 * `token_budget_exceeded`: the run's input + output tokens (all attempts, as the providers
   report them) went over the agent's `tokenBudget`; checked after every model call.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy import extract, func, select
@@ -32,23 +36,45 @@ TOKEN_BUDGET_EXCEEDED = "token_budget_exceeded"
 T = TypeVar("T")
 
 
-async def run_clock(leased: LeasedRun) -> tuple[float, int]:
-    """Seconds since the run first started (database time) and the tokens it has used."""
+@dataclass(frozen=True, slots=True)
+class RunClock:
+    """A run's clock as the database measures it."""
+
+    elapsed: float
+    """Seconds since the run first started."""
+    tokens: int
+    """Input + output tokens used so far (all attempts)."""
+    hard_left: float | None = None
+    """Seconds until the run's `deadline_at` (negative: past it); None: it has none."""
+
+
+async def run_clock(leased: LeasedRun) -> RunClock:
+    """Seconds since the run first started (database time), the tokens it has used and the time
+    left before its hard deadline."""
     async with leased.db.tenant(leased.run.principal) as s:
         row = (
             await s.execute(
                 select(
                     extract("epoch", func.now() - func.coalesce(Run.started_at, func.now())),
                     Run.input_tokens + Run.output_tokens,
+                    extract("epoch", Run.deadline_at - func.now()),
                 ).where(Run.id == leased.run.id)
             )
         ).one()
-    return float(row[0]), int(row[1])
+    return RunClock(float(row[0]), int(row[1]), None if row[2] is None else float(row[2]))
 
 
-def deadline_after(elapsed: float, timeout_seconds: float) -> float:
-    """The run's deadline in `loop.time()` terms, given how long it has been running."""
-    return asyncio.get_running_loop().time() + timeout_seconds - elapsed
+def deadline_after(elapsed: float, timeout_seconds: float, hard_left: float | None = None) -> float:
+    """The run's deadline in `loop.time()` terms, given how long it has been running: the
+    agent's timeout or, if earlier, the run's hard deadline (`hard_left` seconds from now)."""
+    now = asyncio.get_running_loop().time()
+    deadline = now + timeout_seconds - elapsed
+    return deadline if hard_left is None else min(deadline, now + hard_left)
+
+
+def hard_deadline_first(clock: RunClock, timeout_seconds: float) -> bool:
+    """Whether the run's `deadline_at` comes before the agent's timeout."""
+    return clock.hard_left is not None and clock.hard_left < timeout_seconds - clock.elapsed
 
 
 def turns_exceeded(state: RunState, *, step: int | None = None) -> RunFailed:
@@ -67,6 +93,10 @@ def turns_exceeded(state: RunState, *, step: int | None = None) -> RunFailed:
 
 def timed_out(state: RunState) -> RunFailed:
     """The failure of a run past its deadline."""
+    if state.hard_deadline:
+        return RunFailed(
+            RUN_TIMEOUT, "the sub-agent did not finish within its timeoutSeconds (deadline_at)"
+        )
     return RunFailed(
         RUN_TIMEOUT,
         f"the run did not finish within the agent's limit of {state.agent.timeout_seconds:g} "

@@ -42,7 +42,13 @@ from app.runtime.compaction_store import session_context
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.inbox import follow_up_source, sender_source
-from app.runtime.limits import check_tokens, deadline_after, run_clock, within_deadline
+from app.runtime.limits import (
+    check_tokens,
+    deadline_after,
+    hard_deadline_first,
+    run_clock,
+    within_deadline,
+)
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
 from app.runtime.transcript_store import append_messages, load_transcript
@@ -111,15 +117,16 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
     if context.summary is not None:
         summary = Summary(context.summary, context.first_seq, context.last_seq)
     transcript = await load_transcript(leased, after_seq=context.last_seq)
-    elapsed, tokens = await run_clock(leased)
+    clock = await run_clock(leased)
     return RunState(
         leased=leased,
         settings=settings,
         agent=config,
         tools=tools,
         transcript=transcript,
-        tokens_used=tokens,
-        deadline=deadline_after(elapsed, config.timeout_seconds),
+        tokens_used=clock.tokens,
+        deadline=deadline_after(clock.elapsed, config.timeout_seconds, clock.hard_left),
+        hard_deadline=hard_deadline_first(clock, config.timeout_seconds),
         summary=summary,
         flushed_through=context.flushed_through,
     )

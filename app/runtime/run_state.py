@@ -94,6 +94,8 @@ class RunState:
     """Input + output tokens of the run so far (all attempts)."""
     deadline: float | None = None
     """When the run times out, in `loop.time()` terms (set by `prepare_run`)."""
+    hard_deadline: bool = False
+    """The deadline is the run's own `deadline_at` (a sub-agent's), not the agent's timeout."""
     window: ContextWindow = ContextWindow(window=128_000, reserve=8192)
     """The context window the run's calls must fit (set by `prepare_run`)."""
     summary: Summary | None = None

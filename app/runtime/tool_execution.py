@@ -30,7 +30,7 @@ from app.runtime.run_state import RunState
 from app.runtime.tool_records import tool_finished, tool_refused, tool_started
 from app.tools.base import ToolContext
 from app.tools.guard import CallGuard
-from app.tools.policy_store import resolve_run_policy
+from app.tools.policy_store import resolve_lineage_policy
 from app.tools.registry import PolicyToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -56,7 +56,9 @@ async def call_guard(state: RunState) -> CallGuard:
         return CallGuard.of(state.tools, state.tools.policy)
     run = state.leased.run
     async with state.leased.db.tenant(run.principal) as s:
-        policy = await resolve_run_policy(s, agent_id=run.agent_id, user_id=run.user_id)
+        policy = await resolve_lineage_policy(
+            s, run_id=run.id, agent_id=run.agent_id, user_id=run.user_id
+        )
     return CallGuard.of(state.tools, policy)
 
 

@@ -14,6 +14,7 @@ import structlog
 from app.config import Settings
 from app.tools.base import Tool
 from app.tools.sessions_tools import sessions_tools
+from app.tools.subagent_tools import subagent_tools
 from app.tools.web.tools import web_tools
 from app.tools.workspace_tools import workspace_tools
 
@@ -28,7 +29,12 @@ OPTIONAL_TOOL_SETS: tuple[tuple[str, str], ...] = (
 
 def tool_catalog(settings: Settings) -> list[Tool]:
     """Workspace, web and sessions tools, plus the sandbox and memory tools when present."""
-    tools: list[Tool] = [*workspace_tools(), *web_tools(settings), *sessions_tools()]
+    tools: list[Tool] = [
+        *workspace_tools(),
+        *web_tools(settings),
+        *sessions_tools(),
+        *subagent_tools(),
+    ]
     for module, factory in OPTIONAL_TOOL_SETS:
         tools.extend(_optional(module, factory))
     return tools

@@ -23,6 +23,11 @@ The limits combine so that the tenant stays a ceiling: a call needs approval whe
 calls (`max_calls_per_turn`, `max_calls_per_run`) is the smaller of the values set. Calls are
 counted as the model makes them: the n-th call of a model turn, the n-th call of the run (all
 turns). A call past a cap is refused and the model is told why; it is not a run failure.
+
+A spawned sub-agent's run also has **ceilings**: the policies of the runs above it (its parent's
+agent and user, the grandparent's, …). A child can never do more than the runs that spawned it:
+a tool is allowed only if its own policy and every ceiling allow it ("ceiling"), a call needs
+approval if any of them says so, and each cap is the smallest of all.
 """
 
 from __future__ import annotations
@@ -37,9 +42,24 @@ from app.tools.patterns import first_match
 
 ProfileName = Literal["minimal", "coding", "messaging", "full"]
 PROFILES: Final[dict[str, tuple[str, ...]]] = {
-    # read-only: no sessions_send (it starts runs in other sessions), like no memory_store
-    "minimal": ("read_file", "list_files", "sessions_list", "sessions_history"),
-    "coding": ("group:fs", "group:runtime", "group:memory", "web_fetch"),
+    # read-only, plus sub-agents (which can never exceed it: the ceiling); no sessions_send (it
+    # starts runs in other people's sessions), like no memory_store
+    "minimal": (
+        "read_file",
+        "list_files",
+        "sessions_list",
+        "sessions_history",
+        "sessions_spawn",
+        "sessions_wait",
+    ),
+    "coding": (
+        "group:fs",
+        "group:runtime",
+        "group:memory",
+        "web_fetch",
+        "sessions_spawn",
+        "sessions_wait",
+    ),
     "messaging": ("group:sessions", "group:memory", "group:web"),
     "full": ("*",),
 }
@@ -50,7 +70,7 @@ Scope = Literal["default", "tenant", "agent"]
 SessionScope = Literal["user", "tenant"]
 DEFAULT_SESSION_SCOPE: Final = "user"
 """The sessions tools' reach when no layer opens it: the run's user's own sessions."""
-RuleKind = Literal["deny", "owner_only", "profile", "allow", "not_allowed"]
+RuleKind = Literal["deny", "owner_only", "profile", "allow", "not_allowed", "ceiling"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +97,14 @@ class Verdict:
     scope: Scope | None = None
     pattern: str | None = None
     profile: str | None = None
+    detail: str | None = None
+    """`ceiling`: why the spawning run's policy does not allow the tool."""
 
     @property
     def reason(self) -> str:
         """The deciding rule in words (shown by `GET /tools` and in refusals)."""
+        if self.kind == "ceiling":
+            return f"not allowed to the run that spawned this sub-agent ({self.detail})"
         if self.kind == "deny":
             return f"denied by the {self.scope} deny pattern {self.pattern!r}"
         if self.kind == "owner_only":
@@ -108,10 +132,17 @@ class EffectivePolicy:
     agent: PolicyLayer | None = None
     is_owner: bool = False
     """The run's user is the agent's owner (owner-only tools)."""
+    ceilings: tuple[EffectivePolicy, ...] = ()
+    """A sub-agent's run: the policies of the runs that spawned it, nearest first (each without
+    ceilings of its own: the list is flat)."""
 
     def layers(self) -> list[PolicyLayer]:
         """The stored layers, tenant first."""
         return [layer for layer in (self.tenant, self.agent) if layer is not None]
+
+    def all_layers(self) -> list[PolicyLayer]:
+        """The stored layers of this run's policy and of every ceiling (for the caps)."""
+        return [*self.layers(), *(layer for c in self.ceilings for layer in c.all_layers())]
 
     @property
     def profile(self) -> tuple[str, Scope]:
@@ -132,7 +163,18 @@ class EffectivePolicy:
         return "tenant"
 
     def evaluate(self, tool: Tool) -> Verdict:
-        """Whether `tool` is allowed, by the first rule that applies (see the module docstring)."""
+        """Whether `tool` is allowed, by the first rule that applies (see the module docstring),
+        and by every ceiling."""
+        verdict = self._evaluate_own(tool)
+        if not verdict.allowed:
+            return verdict
+        for ceiling in self.ceilings:
+            above = ceiling.evaluate(tool)
+            if not above.allowed:
+                return Verdict(False, "ceiling", detail=above.reason)
+        return verdict
+
+    def _evaluate_own(self, tool: Tool) -> Verdict:
         for layer in self.layers():
             if (pattern := first_match(layer.deny, tool)) is not None:
                 return Verdict(False, "deny", layer.scope, pattern)
@@ -162,7 +204,12 @@ class EffectivePolicy:
             for n, layer in enumerate(self.layers())
             for i, trigger in enumerate(layer.require_approval.triggers(tool, dict(args)))
         ]
-        return min(found)[3] if found else None
+        if found:
+            return min(found)[3]
+        for ceiling in self.ceilings:
+            if (reason := ceiling.approval_reason(tool, args)) is not None:
+                return f"{reason}, of the spawning run"
+        return None
 
     def approval_rule(self, tool: Tool) -> str | None:
         """When calls of `tool` need approval, in words, whatever their arguments (None: never).
@@ -176,17 +223,21 @@ class EffectivePolicy:
             unconditional, by_args = layer.require_approval.describe(tool)
             always += [f"{why} ({layer.scope} policy)" for why in unconditional]
             conditional += [f"{why} ({layer.scope} policy)" for why in by_args]
-        return "; ".join(always or conditional) or None
+        rules = ["; ".join(always or conditional)] if always or conditional else []
+        for ceiling in self.ceilings:
+            if (above := ceiling.approval_rule(tool)) is not None:
+                rules.append(f"{above}, of the spawning run")
+        return "; ".join(rules) or None
 
     @property
     def max_calls_per_turn(self) -> Cap | None:
-        """The per-turn cap (the smaller of the layers' values)."""
-        return _smallest((layer.max_calls_per_turn, layer.scope) for layer in self.layers())
+        """The per-turn cap (the smallest of the layers' and the ceilings' values)."""
+        return _smallest((layer.max_calls_per_turn, layer.scope) for layer in self.all_layers())
 
     @property
     def max_calls_per_run(self) -> Cap | None:
-        """The per-run cap (the smaller of the layers' values)."""
-        return _smallest((layer.max_calls_per_run, layer.scope) for layer in self.layers())
+        """The per-run cap (the smallest of the layers' and the ceilings' values)."""
+        return _smallest((layer.max_calls_per_run, layer.scope) for layer in self.all_layers())
 
     def cap_refusal(self, turn_call: int, run_call: int) -> str | None:
         """Why the `turn_call`-th call of its turn, `run_call`-th of the run, is refused (1-based)."""

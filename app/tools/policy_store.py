@@ -6,12 +6,13 @@ tenant, so another tenant's agent or policy does not exist here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy import ColumnElement, delete, func, literal, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.db.models import Agent, AgentToolPolicy, Run
 from app.tools.approval_rules import ApprovalRules
@@ -124,3 +125,39 @@ async def sessions_owner_filter(s: AsyncSession, *, run_id: UUID, user_id: str) 
     agent_id = await s.scalar(select(Run.agent_id).where(Run.id == run_id))
     policy = await resolve_run_policy(s, agent_id=agent_id, user_id=user_id)
     return None if policy.session_scope == "tenant" else user_id
+
+
+MAX_ANCESTORS = 20
+"""How far up a spawn chain the ceilings are looked for (spawn depth is capped at 10)."""
+
+
+async def resolve_lineage_policy(
+    s: AsyncSession, *, run_id: UUID, agent_id: UUID | None, user_id: str
+) -> EffectivePolicy:
+    """The policy of run `run_id` (of `agent_id`, by `user_id`) with, for a spawned sub-agent's
+    run, the policy of every run above it as a ceiling (`EffectivePolicy.ceilings`)."""
+    own = await resolve_run_policy(s, agent_id=agent_id, user_id=user_id)
+    ceilings = [
+        await resolve_run_policy(s, agent_id=a_agent, user_id=a_user)
+        for a_agent, a_user in await _ancestors(s, run_id)
+    ]
+    return replace(own, ceilings=tuple(ceilings)) if ceilings else own
+
+
+async def _ancestors(s: AsyncSession, run_id: UUID) -> list[tuple[UUID, str]]:
+    """(agent, user) of the runs that spawned `run_id`, nearest first."""
+    up = (
+        select(Run.parent_run_id.label("id"), literal(1).label("level"))
+        .where(Run.id == run_id, Run.parent_run_id.is_not(None))
+        .cte("up", recursive=True)
+    )
+    parent = aliased(Run)
+    up = up.union_all(
+        select(parent.parent_run_id, up.c.level + 1)
+        .join(up, parent.id == up.c.id)
+        .where(parent.parent_run_id.is_not(None), up.c.level < MAX_ANCESTORS)
+    )
+    rows = await s.execute(
+        select(Run.agent_id, Run.user_id).join(up, Run.id == up.c.id).order_by(up.c.level)
+    )
+    return [(r.agent_id, r.user_id) for r in rows]

@@ -30,7 +30,7 @@ from app.queue.manager import ClaimedRun
 from app.tools.base import AwaitingArrival, Tool, ToolContext, ToolError
 from app.tools.catalog import tool_catalog
 from app.tools.policy import EffectivePolicy
-from app.tools.policy_store import resolve_run_policy
+from app.tools.policy_store import resolve_lineage_policy
 
 log = structlog.get_logger(__name__)
 
@@ -139,7 +139,10 @@ def default_tool_registry(settings: Settings | None = None) -> ToolRegistry:
 
 
 async def tools_for_run(db: Database, run: ClaimedRun, catalog: ToolRegistry) -> PolicyToolRegistry:
-    """The tools `run` may use: `catalog` filtered by the policy of its agent and user."""
+    """The tools `run` may use: `catalog` filtered by the policy of its agent and user (and, for a
+    sub-agent's run, by the policies of the runs that spawned it: never more than they may)."""
     async with db.tenant(run.principal) as s:
-        policy = await resolve_run_policy(s, agent_id=run.agent_id, user_id=run.user_id)
+        policy = await resolve_lineage_policy(
+            s, run_id=run.id, agent_id=run.agent_id, user_id=run.user_id
+        )
     return PolicyToolRegistry(catalog, policy)

@@ -6,7 +6,8 @@ re-ran the same tool calls. Here the heartbeat has its own thread, loop and conn
 keeps beating whatever the main loop is doing. The same thread recovers other workers' expired
 leases (and gives up on runs whose lease expired `max_run_attempts` times: `worker_crashed`),
 expires overdue tool approvals (requeuing their parked runs, so that the loop feeds the denial
-back) and reports cancel requests and lost leases back to the main loop.
+back), fails idle sub-agent runs past their deadline, cancels the children a parent's cancel
+missed (`app.queue.sweeps`) and reports cancel requests and lost leases back to the main loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import structlog
 
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.queue.sweeps import cancel_orphans, fail_overdue
 from app.tools.approval_store import sweep_expired_approvals
 
 log = structlog.get_logger(__name__)
@@ -94,4 +96,8 @@ class Heartbeat(threading.Thread):
             )
         if expired := await sweep_expired_approvals(queue.db):
             log.info("expired overdue tool approvals", approvals=expired)
+        if overdue := await fail_overdue(queue.db):
+            log.info("failed runs past their deadline", runs=[str(r) for r in overdue])
+        if orphans := await cancel_orphans(queue.db):
+            log.info("cancelled runs of cancelled parents", runs=[str(r) for r in orphans])
         self.beats += 1

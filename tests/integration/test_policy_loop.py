@@ -95,10 +95,18 @@ async def test_unknown_tool_names_only_the_allowed_ones(queue: RunQueue, alice: 
     leased = await start(queue, alice, tool_line("launch_missiles"))
     model = Recording()
     await run_with(leased, model)
-    assert model.offered[0] == ["list_files", "read_file", "sessions_history", "sessions_list"]
+    assert model.offered[0] == [
+        "list_files",
+        "read_file",
+        "sessions_history",
+        "sessions_list",
+        "sessions_spawn",
+        "sessions_wait",
+    ]
     assert failures(await run_events(queue.db, alice, leased.run.id)) == [
         "unknown tool 'launch_missiles' "
-        "(available: list_files, read_file, sessions_history, sessions_list)"
+        "(available: list_files, read_file, sessions_history, sessions_list, sessions_spawn, "
+        "sessions_wait)"
     ]
 
 

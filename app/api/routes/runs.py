@@ -21,6 +21,7 @@ from app.api.idempotency import (
 from app.api.schemas import (
     MAX_SEQ,
     CancelResult,
+    ChildSummary,
     ContextInfo,
     RunAccepted,
     RunError,
@@ -34,6 +35,7 @@ from app.api.schemas import (
 )
 from app.queue import event_log
 from app.queue.idempotency import Answer
+from app.queue.subagents import direct_children
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["runs"])
 
@@ -83,12 +85,16 @@ def _json_of(model: BaseModel) -> dict[str, Any]:
 
 
 @router.get("/status", response_model=RunStatus, responses=error_responses(401, 404, 422))
-async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery) -> RunStatus:
-    """A run's status, result or error, token usage and attempts."""
+async def run_status(
+    principal: CurrentPrincipal, db: DatabaseDep, queue: QueueDep, run_id: RunIdQuery
+) -> RunStatus:
+    """A run's status, result or error, token usage, attempts and sub-agents."""
     found = await queue.run_status(principal, run_id)
     if found is None:
         raise run_not_found(run_id)
     run, session_key, session_tokens = found
+    async with db.tenant(principal) as s:
+        children = await direct_children(s, run_id)
     return RunStatus(
         run_id=run.id,
         session_key=session_key,
@@ -96,8 +102,8 @@ async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunId
         created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,
-        result=_result_of(run.result),
-        error=_error_of(run.error),
+        result=result_of(run.result),
+        error=error_of(run.error),
         usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
         state=run.state,
         attempts=run.attempts,
@@ -107,17 +113,23 @@ async def run_status(principal: CurrentPrincipal, queue: QueueDep, run_id: RunId
             compactions=run.compactions,
             session_tokens=session_tokens,
         ),
+        children=[
+            ChildSummary(run_id=c.run_id, session_key=c.session_key, label=c.label, status=c.status)
+            for c in children
+        ],
     )
 
 
-def _result_of(result: dict[str, Any] | None) -> RunResult | None:
+def result_of(result: dict[str, Any] | None) -> RunResult | None:
+    """A stored run result as the API shows it."""
     if not isinstance(result, dict):
         return None
     text = result.get("text")
     return RunResult(text=text if isinstance(text, str) else "")
 
 
-def _error_of(error: dict[str, Any] | None) -> RunError | None:
+def error_of(error: dict[str, Any] | None) -> RunError | None:
+    """A stored run error as the API shows it."""
     if not isinstance(error, dict):
         return None
     return RunError(code=str(error.get("code") or "error"), message=str(error.get("message") or ""))
