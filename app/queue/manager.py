@@ -21,10 +21,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
 from app.core.errors import ConflictError, NotFoundError
-from app.core.events import RunCancelledEvent, RunEvent, RunQueuedEvent
+from app.core.events import RunCancelledEvent
 from app.db.engine import Database
-from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
-from app.queue.event_log import insert_events
+from app.db.models import Agent, AgentSession, Run
+from app.queue.busy import (
+    IfBusy,
+    Lane,
+    PostedStatus,
+    close_approvals,
+    post_message,
+    retry_contended,
+)
+from app.queue.event_log import emit_unleased
 from app.queue.sql import query
 
 
@@ -34,6 +42,11 @@ class EnqueuedRun:
 
     run_id: UUID
     session_key: str
+    status: PostedStatus = "queued"
+    """`queued`: a run of its own; `steered`: into the live run `run_id`; `collected`: into the
+    collecting run `run_id` (`app.queue.busy`)."""
+    merged: bool = False
+    """`collected` into a collecting run that was already queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,38 +73,21 @@ def new_session_key() -> str:
     return f"s_{secrets.token_urlsafe(16)}"
 
 
-async def emit_unleased(
-    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[RunEvent]
-) -> None:
-    """Append events to a run that no worker holds (API side: queued, cancelled)."""
-    row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
-    await insert_events(
-        session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
-    )
-
-
-async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
-    """A cancelled run's pending approval expires; its waiting call is recorded as failed."""
-    reason = f"run cancelled by {user_id}"
-    await s.execute(
-        update(ToolApproval)
-        .where(ToolApproval.run_id == run_id, ToolApproval.status == "pending")
-        .values(status="expired", decided_at=func.now(), decision_reason=reason)
-    )
-    await s.execute(
-        update(ToolExecution)
-        .where(ToolExecution.run_id == run_id, ToolExecution.status == "awaiting_approval")
-        .values(status="failed", error={"message": reason}, finished_at=func.now())
-    )
-
-
 class RunQueue:
     """Lifecycle verbs of the lane queue over one `Database`."""
 
-    def __init__(self, db: Database, *, default_model: str = "offline", max_turns: int = 8) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        default_model: str = "offline",
+        max_turns: int = 8,
+        collect_window_seconds: float = 2.0,
+    ) -> None:
         self.db = db
         self.default_model = default_model
         self.max_turns = max_turns
+        self.collect_window_seconds = collect_window_seconds
 
     # ------------------------------------------------------------------ API side (RLS)
 
@@ -102,12 +98,23 @@ class RunQueue:
         message: str,
         session_key: str | None = None,
         agent_id: UUID | None = None,
+        if_busy: IfBusy | None = None,
     ) -> EnqueuedRun:
-        """Queue a run of `message` in the session's lane (creating the session if new)."""
-        async with self.db.tenant(principal) as s:
-            return await self.enqueue_in(
-                s, principal, message=message, session_key=session_key, agent_id=agent_id
-            )
+        """Post `message` to the session's lane (creating the session if new), as `if_busy`
+        says (`app.queue.busy`; None: the agent's setting)."""
+
+        async def attempt() -> EnqueuedRun:
+            async with self.db.tenant(principal) as s:
+                return await self.enqueue_in(
+                    s,
+                    principal,
+                    message=message,
+                    session_key=session_key,
+                    agent_id=agent_id,
+                    if_busy=if_busy,
+                )
+
+        return await retry_contended(attempt)
 
     async def enqueue_in(
         self,
@@ -117,9 +124,12 @@ class RunQueue:
         message: str,
         session_key: str | None = None,
         agent_id: UUID | None = None,
+        if_busy: IfBusy | None = None,
     ) -> EnqueuedRun:
         """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
-        request's idempotency key, and commits or rolls back the run with it)."""
+        request's idempotency key, and commits or rolls back the run with it). Raises
+        SessionBusyError (`reject`) and LaneContendedError: roll back and call again
+        (`app.queue.busy.retry_contended`)."""
         if agent_id is not None:
             agent = await get_agent(s, agent_id)
             if agent is None:
@@ -128,21 +138,25 @@ class RunQueue:
             agent = None
         key = session_key or new_session_key()
         agent_session = await self._get_or_create_session(s, principal, key, agent)
-        run_agent = agent.id if agent is not None else agent_session.agent_id
-        run_id = await s.scalar(
-            insert(Run)
-            .values(
-                tenant_id=principal.tenant_id,
-                session_id=agent_session.id,
-                agent_id=run_agent,
-                user_id=principal.user_id,
-                input={"message": message},
-            )
-            .returning(Run.id)
+        lane = Lane(
+            session_id=agent_session.id,
+            session_key=key,
+            agent_id=agent.id if agent is not None else agent_session.agent_id,
         )
-        assert run_id is not None
-        await emit_unleased(s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=key)])
-        return EnqueuedRun(run_id=run_id, session_key=key)
+        posted = await post_message(
+            s,
+            principal,
+            lane,
+            message,
+            if_busy=if_busy,
+            collect_window_seconds=self.collect_window_seconds,
+        )
+        return EnqueuedRun(
+            run_id=posted.run_id,
+            session_key=posted.session_key,
+            status=posted.status,
+            merged=posted.merged,
+        )
 
     async def _get_or_create_session(
         self, s: AsyncSession, principal: Principal, key: str, agent: Agent | None
@@ -207,7 +221,7 @@ class RunQueue:
         """
         async with self.db.tenant(principal) as s:
             if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
-                await _close_approvals(s, run_id, principal.user_id)
+                await close_approvals(s, run_id, f"run cancelled by {principal.user_id}")
                 await emit_unleased(
                     s, run_id, principal.tenant_id, [RunCancelledEvent(reason="cancelled")]
                 )
