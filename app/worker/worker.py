@@ -45,6 +45,7 @@ from app.queue.lease import LeasedRun
 from app.queue.manager import ClaimedRun, RunQueue
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
+from app.runtime.tool_records import finish_cancelled
 from app.tools.approvals import AwaitingApproval
 from app.tools.base import AwaitingArrival
 from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
@@ -299,7 +300,7 @@ class Worker:
         log_ = log.bind(run_id=str(run.id), attempt=run.attempt)
         try:
             if run.cancel_requested:
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
                 return
             started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
             await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
@@ -317,7 +318,7 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await inner
             if active.stop_reason == "cancel":
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
             elif active.stop_reason == "handback":
                 await leased.hand_back()
                 log_.info("run handed back")
@@ -355,7 +356,7 @@ class Worker:
                 log.info("run parked waiting", run_id=str(leased.run.id), awaited=len(awaited))
                 return
             if outcome == "cancel":
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
                 return
 
     async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
@@ -385,7 +386,7 @@ class Worker:
                 tool=request.tool,
             )
         else:
-            await leased.finish("cancelled", error=_CANCELLED)
+            await finish_cancelled(leased)
 
     # ------------------------------------------------------------------ signals
 
@@ -414,9 +415,6 @@ class Worker:
                 self._loop.call_soon_threadsafe(fn, run_id)
 
         return call
-
-
-_CANCELLED = {"code": "cancelled", "message": "cancelled by request"}
 
 
 def agent_executor(
