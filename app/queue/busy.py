@@ -167,16 +167,26 @@ async def _live_runs(s: AsyncSession, session_id: UUID) -> list[_Live]:
 
 
 async def _lock_run(s: AsyncSession, run_id: UUID) -> str | None:
-    """Lock the run's row (waiting at most `RUN_LOCK_TIMEOUT`); its status now."""
+    """Lock the run's row (waiting at most `RUN_LOCK_TIMEOUT`); its status now (`stopping`: a
+    running run already asked to cancel)."""
     try:
         await s.execute(text(f"SET LOCAL lock_timeout = '{RUN_LOCK_TIMEOUT}'"))
-        status = await s.scalar(select(Run.status).where(Run.id == run_id).with_for_update())
+        row = (
+            await s.execute(
+                select(Run.status, Run.cancel_requested_at)
+                .where(Run.id == run_id)
+                .with_for_update()
+            )
+        ).one_or_none()
         await s.execute(text("SET LOCAL lock_timeout TO DEFAULT"))
     except DBAPIError as exc:
         if _sqlstate(exc) in _LOCK_FAILURES:
             raise LaneContendedError(f"run {run_id} is locked") from exc
         raise
-    return status
+    if row is None:
+        return None
+    stopping = row.status == "running" and row.cancel_requested_at is not None
+    return "stopping" if stopping else str(row.status)
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
@@ -240,7 +250,8 @@ async def _interrupt(
 ) -> Posted:
     """Queue the new run, then stop every live run before it: idle ones are cancelled now, a
     running one is asked to cancel (its worker stops it within seconds and finishes it
-    `cancelled`). The new run is queued behind the running one only, so it runs next."""
+    `cancelled`); one already stopping is left alone (it was interrupted or cancelled before).
+    The new run is queued behind the stopping run only, so it runs next."""
     posted = await _queued(s, principal, lane, {"message": message})
     interrupted = RunInterruptedEvent(by_run_id=posted.run_id)
     for run in live:
@@ -260,8 +271,9 @@ async def _interrupt(
 async def _steer(
     s: AsyncSession, principal: Principal, lane: Lane, message: str, live: list[_Live]
 ) -> Posted:
-    """Into the inbox of the oldest run still live (locked first: a run finishing at the same
-    moment either sees the row, and queues it as a follow-up, or is seen ended here)."""
+    """Into the inbox of the oldest run still live and not being stopped (locked first: a run
+    finishing at the same moment either sees the row, and queues it as a follow-up, or is seen
+    ended here)."""
     for run in live:
         if await _lock_run(s, run.id) in LIVE_STATUSES:
             await s.execute(
