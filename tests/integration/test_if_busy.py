@@ -227,3 +227,31 @@ async def test_cancel_mid_tool_stores_a_result_for_every_open_call(
     assert types_of(seen, run_id)[-4:] == ["tool.failed"] * 3 + ["run.cancelled"]
     executions = tools.json()["executions"]
     assert [e["status"] for e in executions] == ["failed"]  # the one call that had started
+
+
+async def test_chat_takes_if_busy_too(db_url: str, database: Database, alice: Principal) -> None:
+    def chat(text: str, if_busy: str) -> dict[str, object]:
+        message = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
+        return {"id": "chat1", "messages": [message], "ifBusy": if_busy}
+
+    async with busy_stack(db_url, database, workers=1) as api:
+        first = await post(api, "chat1", f"{slow(1500)}\n[m00]")
+        await _wait_event(database, alice, "chat1", UUID(first.json()["runId"]), "tool.started")
+        refused = await api.client.post(
+            "/api/agent-runtime/chat", json=chat("[m01]", "reject"), headers=auth()
+        )
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["runId"] == first.json()["runId"]
+        bad = await api.client.post(
+            "/api/agent-runtime/chat", json=chat("[m01]", "sometimes"), headers=auth()
+        )
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "ifBusy"
+        async with api.stream_post(
+            "/api/agent-runtime/chat", chat("[m02]", "steer"), auth()
+        ) as stream:
+            frames = await stream.read_to_end(wait=15)
+        assert stream.status == 200
+        assert f'"messageId":"{first.json()["runId"]}"' in (frames[0].data or "")
+        seen = await wait_idle(database, alice, "chat1")
+    check_invariants(seen, ["[m00]", "[m02]"])
+    assert len(seen.runs) == 1
