@@ -1,6 +1,7 @@
 """Request and response bodies of the agents API (camelCase on the wire).
 
-`mode`, `timeoutSeconds`, `tokenBudget` and `contextWindow` are kept in `agents.settings`
+`mode`, `timeoutSeconds`, `tokenBudget`, `contextWindow`, `ifBusy`, `maxSpawnDepth`,
+`maxChildrenPerRun` and `maxExchanges` are kept in `agents.settings`
 (`app.runtime.agent_settings.AgentSettings`); the rest are columns of `agents`.
 """
 
@@ -21,6 +22,7 @@ from app.runtime.agent_settings import (
     MAX_TOKEN_BUDGET,
     MIN_CONTEXT_WINDOW,
     AgentMode,
+    IfBusy,
 )
 
 MAX_NAME_CHARS = 100
@@ -93,6 +95,44 @@ def _window(default: Any = None) -> Any:
     )
 
 
+def _if_busy(default: Any = None) -> Any:
+    return Field(
+        default,
+        description="What a message posted to one of this agent's busy sessions does when it "
+        "names no `ifBusy`: `enqueue` (the default), `reject`, `interrupt`, `steer`, `collect`.",
+    )
+
+
+def _spawn_depth(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=10,
+        description="Sub-agents: the deepest a spawn chain may go; null: the server's "
+        "SUBAGENT_MAX_DEPTH.",
+    )
+
+
+def _children(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=100,
+        description="Sub-agents one run may spawn; null: the server's "
+        "SUBAGENT_MAX_CHILDREN_PER_RUN.",
+    )
+
+
+def _exchanges(default: Any = None) -> Any:
+    return Field(
+        default,
+        ge=1,
+        le=100,
+        description="`sessions_send` messages between two sessions per originating run; null: "
+        "the server's AGENT_MESSAGE_MAX_EXCHANGES.",
+    )
+
+
 def _check_name(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or whitespace only")
@@ -124,14 +164,19 @@ class AgentCreate(ApiModel):
     timeout_seconds: int | None = _timeout()
     token_budget: int | None = _budget()
     context_window: int | None = _window()
+    if_busy: IfBusy = _if_busy("enqueue")
+    max_spawn_depth: int | None = _spawn_depth()
+    max_children_per_run: int | None = _children()
+    max_exchanges: int | None = _exchanges()
 
     _valid_name = field_validator("name")(_check_name)
     _valid_prompt = field_validator("system_prompt")(_check_prompt)
 
 
 class AgentUpdate(ApiModel):
-    """Changes to an agent; omitted fields stay as they are. `timeoutSeconds`, `tokenBudget` and
-    `contextWindow` may be null (back to the default / unlimited); other fields may not."""
+    """Changes to an agent; omitted fields stay as they are. `timeoutSeconds`, `tokenBudget`,
+    `contextWindow`, `maxSpawnDepth`, `maxChildrenPerRun` and `maxExchanges` may be null (back to
+    the default / unlimited); other fields may not."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"mode": "chat"}]})
 
@@ -143,8 +188,14 @@ class AgentUpdate(ApiModel):
     timeout_seconds: int | None = _timeout()
     token_budget: int | None = _budget()
     context_window: int | None = _window()
+    if_busy: IfBusy | None = _if_busy()
+    max_spawn_depth: int | None = _spawn_depth()
+    max_children_per_run: int | None = _children()
+    max_exchanges: int | None = _exchanges()
 
-    @field_validator("name", "model", "system_prompt", "max_turns", "mode", mode="before")
+    @field_validator(
+        "name", "model", "system_prompt", "max_turns", "mode", "if_busy", mode="before"
+    )
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         """Explicit nulls are refused where there is no "unset" value to go back to."""
@@ -174,6 +225,14 @@ class AgentOut(ApiModel):
     context_window: int | None = Field(
         description="null: the model's known window, else the server's CONTEXT_WINDOW_TOKENS."
     )
+    if_busy: IfBusy = Field(
+        description="What a message posted to a busy session of this agent does by default."
+    )
+    max_spawn_depth: int | None = Field(description="null: the server's SUBAGENT_MAX_DEPTH.")
+    max_children_per_run: int | None = Field(
+        description="null: the server's SUBAGENT_MAX_CHILDREN_PER_RUN."
+    )
+    max_exchanges: int | None = Field(description="null: the server's AGENT_MESSAGE_MAX_EXCHANGES.")
     is_default: bool = Field(description="Runs posted without `agentId` use the default agent.")
     owner_user_id: str | None
     created_at: datetime

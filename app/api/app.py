@@ -77,7 +77,12 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         app.state.runtime = Runtime(
             settings=settings,
             db=db,
-            queue=RunQueue(db, default_model=settings.default_model, max_turns=settings.max_turns),
+            queue=RunQueue(
+                db,
+                default_model=settings.default_model,
+                max_turns=settings.max_turns,
+                collect_window_seconds=settings.collect_window_seconds,
+            ),
             hub=hub,
         )
         try:

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 
 from app.api.schemas import MAX_MESSAGE_CHARS, SESSION_KEY_PATTERN, ApiModel
 from app.db.text import storable_text
+from app.queue.busy import IfBusy
 
 
 class ChatMessagePart(ApiModel):
@@ -69,6 +70,13 @@ class ChatRequest(ApiModel):
     )
     message_id: str | None = Field(default=None, max_length=200, description="Unused.")
     agent_id: UUID | None = Field(default=None, description="One of the tenant's agents.")
+    if_busy: IfBusy | None = Field(
+        default=None,
+        description="As on `POST /api/agent-runtime`: what the message does when the chat "
+        "already has a live run (`reject`: 409 `session_busy`; `steer`: the live run is "
+        "streamed, the message is added to it; `collect`: the collecting run is streamed). "
+        "Omitted: the agent's `ifBusy` (default `enqueue`).",
+    )
 
     def user_text(self) -> str:
         """The text of the last user message (its text parts, one per line); `ValueError` when

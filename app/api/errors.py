@@ -17,7 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import ConflictError, NotFoundError
+from app.core.errors import ConflictError, NotFoundError, SessionBusyError
+from app.queue.busy import LaneContendedError
 
 log = structlog.get_logger(__name__)
 
@@ -62,13 +63,15 @@ def error_body(
     *,
     field: str | None = None,
     details: list[dict[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON error document."""
+    """The JSON error document (`extra`: more members of `error`, e.g. `runId`)."""
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
     if details is not None:
         error["details"] = details
+    error.update(extra or {})
     return {"error": error}
 
 
@@ -162,6 +165,20 @@ async def _on_conflict(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(ApiError(409, exc.message))
 
 
+async def _on_session_busy(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SessionBusyError)
+    body = error_body("session_busy", exc.message, extra={"runId": str(exc.run_id)})
+    return JSONResponse(body, status_code=409)
+
+
+async def _on_lane_contended(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LaneContendedError)
+    message = "the session's runs stayed locked by workers; try again"
+    return JSONResponse(
+        error_body("session_contended", message), status_code=503, headers={"Retry-After": "1"}
+    )
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error(
         "unhandled error",
@@ -179,4 +196,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(NotFoundError, _on_not_found)
     app.add_exception_handler(ConflictError, _on_conflict)
+    app.add_exception_handler(SessionBusyError, _on_session_busy)
+    app.add_exception_handler(LaneContendedError, _on_lane_contended)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -19,6 +19,7 @@ from app.api.errors import ApiError
 from app.api.schemas import ErrorResponse
 from app.auth.principal import Principal
 from app.db.engine import Database
+from app.queue.busy import retry_contended
 from app.queue.idempotency import (
     IDEMPOTENCY_TTL,
     KEY_PATTERN,
@@ -99,9 +100,14 @@ async def answer_idempotently(
     """Run `create` in a tenant transaction, at most once per key: a repeated request (same
     `operation` and JSON `body`) gets the stored answer. Without a key, just `create`."""
     request = None if key is None else KeyedRequest.of(key, operation, body)
-    try:
+
+    async def attempt() -> Outcome:
         async with db.tenant(principal) as s:
             return await answer_once(s, principal, request, create)
+
+    try:
+        # A post that met a worker's lock on one of the session's runs is tried again whole.
+        return await retry_contended(attempt)
     except IdempotencyKeyReusedError as exc:
         raise key_reused(exc) from exc
 

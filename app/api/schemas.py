@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from app.core.events import RunEvent
 from app.db.text import storable_text
+from app.queue.busy import IfBusy
 
 SESSION_KEY_PATTERN = r"^[A-Za-z0-9:_.-]+$"
 MAX_MESSAGE_CHARS = 32_000
@@ -48,6 +49,7 @@ class ErrorInfo(ApiModel):
     message: str = Field(examples=["message: String should have at least 1 character"])
     field: str | None = Field(default=None, examples=["message"])
     details: list[ErrorDetail] | None = None
+    run_id: UUID | None = Field(default=None, description="`session_busy`: the session's live run.")
 
 
 class ErrorResponse(ApiModel):
@@ -77,6 +79,15 @@ class RunRequest(ApiModel):
         description="The session (lane) to run in; omitted: a new session is created.",
     )
     agent_id: UUID | None = Field(default=None, description="One of the tenant's agents.")
+    if_busy: IfBusy | None = Field(
+        default=None,
+        description="What the message does when the session already has a queued, running or "
+        "parked run: `enqueue` (a new run after it), `reject` (409 `session_busy`), `interrupt` "
+        "(stop the live runs; this one runs next), `steer` (into the live run at its next "
+        "model or tool boundary: 202 `steered`), `collect` (merged with the other messages "
+        "arriving within the collect window into one queued run: 202 `collected`). Omitted: "
+        "the agent's `ifBusy` setting (default `enqueue`).",
+    )
 
     @field_validator("message")
     @classmethod
@@ -86,11 +97,25 @@ class RunRequest(ApiModel):
 
 
 class RunAccepted(ApiModel):
-    """A queued run."""
+    """Where the message went: its own queued run, or (`ifBusy`) a live or collecting run."""
 
-    run_id: UUID = Field(examples=[_RUN_ID])
+    run_id: UUID = Field(
+        examples=[_RUN_ID],
+        description="`queued`: the message's own run; `steered`: the live run it was steered "
+        "into; `collected`: the queued run collecting it with other messages.",
+    )
     session_key: str = Field(examples=["chat:42"])
-    status: Literal["queued"] = "queued"
+    status: Literal["queued", "steered", "collected"] = Field(
+        default="queued",
+        description="`queued`: a new run; `steered` (`ifBusy=steer`): added to the live run "
+        "`runId`, read at its next model or tool boundary (or run after it, if it ends first); "
+        "`collected` (`ifBusy=collect`): added to the collecting run `runId`.",
+    )
+    merged: bool | None = Field(
+        default=None,
+        description="Only with `collected`: true when the message joined a collecting run "
+        "already queued, false when it started one.",
+    )
 
 
 class RunResult(ApiModel):
@@ -330,6 +355,10 @@ class Readiness(ApiModel):
     )
 
 
+_BUSY_DESCRIPTION = (
+    "`session_busy`: the session has a live run and the message was posted with `ifBusy=reject` "
+    "(or its agent's `ifBusy` is `reject`); `error.runId` names the run."
+)
 _ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body.",
     401: "Missing, invalid or expired bearer token (or the server has no JWT secret).",
@@ -345,3 +374,16 @@ _ERROR_DESCRIPTIONS = {
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` entries for error statuses (all share `ErrorResponse`)."""
     return {c: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[c]} for c in codes}
+
+
+def busy_responses() -> dict[int | str, dict[str, Any]]:
+    """The 409 of a route that posts a message (`ifBusy=reject`) and its 503 (the session stayed
+    contended through every retry)."""
+    return {
+        409: {"model": ErrorResponse, "description": _BUSY_DESCRIPTION},
+        503: {
+            "model": ErrorResponse,
+            "description": "`session_contended`: the session's runs stayed locked by workers "
+            "through every retry; try again.",
+        },
+    }

@@ -157,6 +157,13 @@ def _add_run(sub: _Subparsers) -> None:
     p.add_argument("message", help="the user message (offline model: try `/tool NAME {json}`)")
     p.add_argument("--session", help="session key (default: a new session)")
     p.add_argument("--agent", help="agent id (uuid; default: the tenant's default agent)")
+    p.add_argument(
+        "--if-busy",
+        choices=["enqueue", "reject", "interrupt", "steer", "collect"],
+        help="when the session already has a live run: queue after it (enqueue), refuse "
+        "(reject), stop it (interrupt), add the message to it (steer) or merge with other "
+        "arriving messages (collect); default: the agent's setting (enqueue)",
+    )
     p.add_argument("--url", help="server base URL (default: http://HOST:PORT)")
     p.add_argument("--token", help="bearer token (default: minted from the local secret)")
     p.add_argument("--user", default="dev", help="user to mint a token for (default: dev)")

@@ -79,6 +79,18 @@ def follow_run(
         time.sleep(min(2.0, 0.25 * 2**failures))
 
 
+def request_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The `POST /api/agent-runtime` body of `run`'s arguments."""
+    body: dict[str, Any] = {"message": args.message}
+    if args.session:
+        body["sessionKey"] = args.session
+    if args.agent:
+        body["agentId"] = args.agent
+    if args.if_busy:
+        body["ifBusy"] = args.if_busy
+    return body
+
+
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """`run`: POST a message, stream the run to the terminal; Ctrl-C cancels it."""
     import httpx
@@ -87,11 +99,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     url = (args.url or base_url(settings)).rstrip("/")
     token = args.token or mint(settings, args.user, args.tenant)
-    body: dict[str, Any] = {"message": args.message}
-    if args.session:
-        body["sessionKey"] = args.session
-    if args.agent:
-        body["agentId"] = args.agent
+    body = request_body(args)
     timeout = httpx.Timeout(10.0, read=max(60.0, settings.sse_keepalive_seconds * 3))
     with httpx.Client(
         base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
@@ -116,8 +124,10 @@ def _start_run(client: httpx.Client, url: str, body: dict[str, Any]) -> str:
         raise CliError(f"POST {API_PREFIX}: {_error_text(response)}")
     run = response.json()
     run_id = str(run["runId"])
+    how = {"steered": "steered into run", "collected": "collected into run"}
     print(
-        f"run {run_id} · session {run.get('sessionKey')} · Ctrl-C cancels",
+        f"{how.get(run.get('status', 'queued'), 'run')} {run_id} · session "
+        f"{run.get('sessionKey')} · Ctrl-C cancels",
         file=sys.stderr,
         flush=True,
     )

@@ -23,3 +23,14 @@ class ConflictError(RuntimeError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class SessionBusyError(ConflictError):
+    """A message posted with `ifBusy=reject` to a session with a live run (rendered as 409
+    `session_busy`, naming the run)."""
+
+    def __init__(self, session_key: str, run_id: object, status: str) -> None:
+        super().__init__(f"session {session_key!r} is busy: run {run_id} is {status}")
+        self.session_key = session_key
+        self.run_id = run_id
+        self.status = status

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.events import RunEvent, event_data, stored_event
 from app.db.models import Run
 from app.db.models import RunEvent as RunEventRow
+from app.queue.sql import query
 
 
 async def insert_events(
@@ -64,3 +65,13 @@ async def run_status(session: AsyncSession, run_id: UUID) -> str | None:
     """The run's status; None when the session's tenant (RLS) cannot see such a run."""
     status: str | None = await session.scalar(select(Run.status).where(Run.id == run_id))
     return status
+
+
+async def emit_unleased(
+    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[RunEvent]
+) -> None:
+    """Append events to a run that no worker holds (API side: queued, cancelled)."""
+    row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
+    await insert_events(
+        session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
+    )

@@ -162,8 +162,12 @@ class LeasedRun:
         *,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        closing: Callable[[FencedWrite], Awaitable[list[RunEvent]]] | None = None,
     ) -> None:
-        """End the run (completed/failed/cancelled) with its terminal event, atomically."""
+        """End the run (completed/failed/cancelled) with its terminal event, atomically.
+
+        `closing` writes a feature's last rows in the same transaction (e.g. results for calls
+        cut short); the events it returns are stored before the terminal event."""
         event: RunEvent
         if status == "completed":
             event = RunCompletedEvent(result=result)
@@ -171,7 +175,10 @@ class LeasedRun:
             event = RunFailedEvent.model_validate({"error": error})
         else:
             event = RunCancelledEvent(reason=(error or {}).get("message", "cancelled"))
-        async with self.write([event]) as w:
+        events: list[RunEvent] = [event]
+        async with self.write(events) as w:
+            if closing is not None:
+                events[:0] = await closing(w)
             finished = await w.session.scalar(
                 query("finish_run"),
                 {

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -28,16 +27,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
 from app.core.errors import ConflictError, NotFoundError
-from app.core.events import (
-    EventError,
-    RunCancelledEvent,
-    RunEvent,
-    RunFailedEvent,
-    RunQueuedEvent,
-)
+from app.core.events import EventError, RunCancelledEvent, RunFailedEvent
 from app.db.engine import Database
-from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
-from app.queue.event_log import insert_events
+from app.db.models import Agent, AgentSession, Run, ToolExecution
+from app.queue.busy import (
+    IfBusy,
+    Lane,
+    PostedStatus,
+    close_approvals,
+    insert_run,
+    lock_session,
+    post_message,
+    retry_contended,
+)
+from app.queue.event_log import emit_unleased
 from app.queue.sql import query
 
 
@@ -47,6 +50,11 @@ class EnqueuedRun:
 
     run_id: UUID
     session_key: str
+    status: PostedStatus = "queued"
+    """`queued`: a run of its own; `steered`: into the live run `run_id`; `collected`: into the
+    collecting run `run_id` (`app.queue.busy`)."""
+    merged: bool = False
+    """`collected` into a collecting run that was already queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +109,6 @@ def new_session_key() -> str:
     return f"s_{secrets.token_urlsafe(16)}"
 
 
-async def emit_unleased(
-    session: AsyncSession, run_id: UUID, tenant_id: str, events: list[RunEvent]
-) -> None:
-    """Append events to a run that no worker holds (API side: queued, cancelled)."""
-    row = (await session.execute(query("allocate_seq"), {"run_id": run_id, "n": len(events)})).one()
-    await insert_events(
-        session, run_id=run_id, tenant_id=tenant_id, last_seq=row.last_event_seq, events=events
-    )
-
-
 async def interrupt_started_calls(s: AsyncSession, run_id: UUID, reason: str) -> None:
     """A run given up on mid-call: its calls left `started` by a dead worker become `interrupted`
     (no attempt will record their outcome; this is where `GET /runs/{id}/tools` shows which call
@@ -127,21 +125,6 @@ async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
     await close_approvals(s, run_id, f"run cancelled by {user_id}")
 
 
-async def close_approvals(s: AsyncSession, run_id: UUID, reason: str) -> None:
-    """A run that ended while parked: its pending approval expires and its waiting call is
-    recorded as failed, both with `reason`."""
-    await s.execute(
-        update(ToolApproval)
-        .where(ToolApproval.run_id == run_id, ToolApproval.status == "pending")
-        .values(status="expired", decided_at=func.now(), decision_reason=reason)
-    )
-    await s.execute(
-        update(ToolExecution)
-        .where(ToolExecution.run_id == run_id, ToolExecution.status == "awaiting_approval")
-        .values(status="failed", error={"message": reason}, finished_at=func.now())
-    )
-
-
 class RunQueue:
     """Lifecycle verbs of the lane queue over one `Database`."""
 
@@ -152,12 +135,14 @@ class RunQueue:
         default_model: str = "offline",
         max_turns: int = 8,
         max_run_attempts: int = 5,
+        collect_window_seconds: float = 2.0,
     ) -> None:
         self.db = db
         self.default_model = default_model
         self.max_turns = max_turns
         self.max_run_attempts = max_run_attempts
         """Lease expiries after which a run is failed, not recovered (`MAX_RUN_ATTEMPTS`)."""
+        self.collect_window_seconds = collect_window_seconds
 
     # ------------------------------------------------------------------ API side (RLS)
 
@@ -168,12 +153,23 @@ class RunQueue:
         message: str,
         session_key: str | None = None,
         agent_id: UUID | None = None,
+        if_busy: IfBusy | None = None,
     ) -> EnqueuedRun:
-        """Queue a run of `message` in the session's lane (creating the session if new)."""
-        async with self.db.tenant(principal) as s:
-            return await self.enqueue_in(
-                s, principal, message=message, session_key=session_key, agent_id=agent_id
-            )
+        """Post `message` to the session's lane (creating the session if new), as `if_busy`
+        says (`app.queue.busy`; None: the agent's setting)."""
+
+        async def attempt() -> EnqueuedRun:
+            async with self.db.tenant(principal) as s:
+                return await self.enqueue_in(
+                    s,
+                    principal,
+                    message=message,
+                    session_key=session_key,
+                    agent_id=agent_id,
+                    if_busy=if_busy,
+                )
+
+        return await retry_contended(attempt)
 
     async def enqueue_in(
         self,
@@ -186,13 +182,17 @@ class RunQueue:
         extra_input: dict[str, Any] | None = None,
         parent_run_id: UUID | None = None,
         timeout_seconds: int | None = None,
+        if_busy: IfBusy | None = None,
     ) -> EnqueuedRun:
         """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
-        request's idempotency key, and commits or rolls back the run with it).
+        request's idempotency key, and commits or rolls back the run with it). Raises
+        SessionBusyError (`reject`) and LaneContendedError: roll back and call again
+        (`app.queue.busy.retry_contended`).
 
-        `extra_input`: more keys of the run's input beside `message` (e.g. `from`: a
-        `sessions_send` sender); `parent_run_id`: the run spawning this one (a sub-agent's run);
-        `timeout_seconds`: the run's hard deadline from now (`deadline_at`: it fails
+        Runs posted by tools are always queued at the end of the lane (`if_busy` does not
+        apply): `extra_input`, more keys of the run's input beside `message` (e.g. `from`: a
+        `sessions_send` sender); `parent_run_id`, the run spawning this one (a sub-agent's run);
+        `timeout_seconds`, the run's hard deadline from now (`deadline_at`: it fails
         `run_timeout` then, queued or not).
         """
         if agent_id is not None:
@@ -203,27 +203,36 @@ class RunQueue:
             agent = None
         key = session_key or new_session_key()
         agent_session = await self._get_or_create_session(s, principal, key, agent)
-        run_agent = agent.id if agent is not None else agent_session.agent_id
-        run_id = await s.scalar(
-            insert(Run)
-            .values(
-                tenant_id=principal.tenant_id,
-                session_id=agent_session.id,
-                agent_id=run_agent,
-                user_id=principal.user_id,
-                input={**(extra_input or {}), "message": message},
-                parent_run_id=parent_run_id,
-                deadline_at=(
-                    None
-                    if timeout_seconds is None
-                    else func.now() + timedelta(seconds=timeout_seconds)
-                ),
-            )
-            .returning(Run.id)
+        lane = Lane(
+            session_id=agent_session.id,
+            session_key=key,
+            agent_id=agent.id if agent is not None else agent_session.agent_id,
         )
-        assert run_id is not None
-        await emit_unleased(s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=key)])
-        return EnqueuedRun(run_id=run_id, session_key=key)
+        if extra_input is not None or parent_run_id is not None or timeout_seconds is not None:
+            await lock_session(s, lane.session_id)
+            run_id = await insert_run(
+                s,
+                principal,
+                lane,
+                {**(extra_input or {}), "message": message},
+                parent_run_id=parent_run_id,
+                deadline_seconds=timeout_seconds,
+            )
+            return EnqueuedRun(run_id=run_id, session_key=key)
+        posted = await post_message(
+            s,
+            principal,
+            lane,
+            message,
+            if_busy=if_busy,
+            collect_window_seconds=self.collect_window_seconds,
+        )
+        return EnqueuedRun(
+            run_id=posted.run_id,
+            session_key=posted.session_key,
+            status=posted.status,
+            merged=posted.merged,
+        )
 
     async def _get_or_create_session(
         self, s: AsyncSession, principal: Principal, key: str, agent: Agent | None
@@ -288,7 +297,7 @@ class RunQueue:
         """
         async with self.db.tenant(principal) as s:
             if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
-                await _close_approvals(s, run_id, principal.user_id)
+                await close_approvals(s, run_id, f"run cancelled by {principal.user_id}")
                 await emit_unleased(
                     s, run_id, principal.tenant_id, [RunCancelledEvent(reason="cancelled")]
                 )

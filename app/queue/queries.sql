@@ -220,3 +220,15 @@ WHERE id = :run_id AND status IN ('queued', 'awaiting_approval', 'waiting')
   AND EXISTS (SELECT 1 FROM agent_run_queue p
               WHERE p.id = agent_run_queue.parent_run_id AND p.status = 'cancelled')
 RETURNING id;
+
+-- name: collect_into
+-- ifBusy=collect: append a message to a collecting run that is still queued (a worker that
+-- claimed it first makes this match nothing) and push its debounce window back.
+UPDATE agent_run_queue
+SET input = jsonb_build_object(
+      'message', concat(input ->> 'message', E'\n\n', CAST(:message AS text)),
+      'messages', coalesce(input -> 'messages', '[]'::jsonb) || jsonb_build_array(CAST(:message AS text)),
+      'collect', true),
+    not_before = now() + make_interval(secs => :window)
+WHERE id = :run_id AND status = 'queued'
+RETURNING id;

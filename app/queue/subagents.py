@@ -22,7 +22,8 @@ from app.auth.principal import Principal
 from app.core.errors import NotFoundError
 from app.core.events import SubagentSpawnedEvent
 from app.db.models import Agent, AgentSession, Run, RunInboxItem, SubagentSpawn
-from app.queue.manager import RunQueue, emit_unleased
+from app.queue.event_log import emit_unleased
+from app.queue.manager import RunQueue
 from app.queue.sql import query
 
 LIVE_STATUSES = ("queued", "running", "awaiting_approval", "waiting")

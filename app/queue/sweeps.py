@@ -21,7 +21,8 @@ from app.auth.principal import Principal
 from app.core.events import RunCancelledEvent, RunFailedEvent
 from app.core.events.base import EventError
 from app.db.engine import Database
-from app.queue.manager import close_approvals, emit_unleased
+from app.queue.busy import close_approvals
+from app.queue.event_log import emit_unleased
 from app.queue.sql import query
 
 SWEEP_USER = "agent-runtime:subagent-sweep"

@@ -13,13 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from app.queue.busy import IfBusy
+
+__all__ = ["AgentMode", "AgentSettings", "IfBusy", "merge_settings"]
+
 AgentMode = Literal["chat", "plan"]
 """`chat`: answer directly, calling tools as needed; `plan`: plan first, then run the steps."""
-
-IfBusy = Literal["enqueue", "reject", "interrupt", "steer", "collect"]
-"""What a message posted to a busy session does (docs/multi-agent.md): queue behind the running
-run, be refused (409), cancel the running run, be injected into it, or be merged with the other
-messages arriving while it runs."""
 
 MAX_TIMEOUT_SECONDS = 86_400
 MAX_TOKEN_BUDGET = 1_000_000_000

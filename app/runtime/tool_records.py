@@ -21,9 +21,9 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.events import ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
-from app.core.transcript import ToolCall, ToolResult
-from app.db.models import ToolApproval, ToolExecution
+from app.core.events import RunEvent, ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, load_message
+from app.db.models import SessionMessage, ToolApproval, ToolExecution
 from app.queue.lease import FencedWrite, LeasedRun
 from app.runtime.transcript_store import insert_messages
 
@@ -194,3 +194,56 @@ async def executions_of(
         .order_by(ToolExecution.started_at, ToolExecution.tool_call_id)
     )
     return [(row[0], row[1], row[2]) for row in rows]
+
+
+CANCELLED_RESULT = "cancelled: the run was stopped before this call finished"
+"""The stored result of a call its run was cancelled in the middle of (or before) running."""
+
+CANCELLED = {"code": "cancelled", "message": "cancelled by request"}
+"""The error of a run cancelled by request (`POST /cancel`, `ifBusy=interrupt`)."""
+
+
+async def close_open_calls(w: FencedWrite, error: str = CANCELLED_RESULT) -> list[RunEvent]:
+    """Store a failed result (`error`) for every call of the run's latest assistant message that
+    has none, in the fenced transaction `w` (the run is ending: every call in the transcript
+    keeps exactly one result); their `tool.failed` events, for the caller to store."""
+    rows = await w.session.scalars(
+        select(SessionMessage.payload)
+        .where(SessionMessage.run_id == w.run.id)
+        .order_by(SessionMessage.seq)
+    )
+    open_calls: dict[str, ToolCall] = {}
+    for payload in rows:
+        message = load_message(payload)
+        if isinstance(message, AssistantMessage):
+            open_calls = {call.id: call for call in message.tool_calls}
+        elif isinstance(message, ToolResult):
+            open_calls.pop(message.tool_call_id, None)
+    results = [
+        ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=error)
+        for call in open_calls.values()
+    ]
+    await insert_messages(w, results)
+    events: list[RunEvent] = []
+    for call in open_calls.values():
+        execution_id = await w.session.scalar(
+            update(ToolExecution)
+            .where(
+                ToolExecution.run_id == w.run.id,
+                ToolExecution.tool_call_id == call.id,
+                ToolExecution.status.in_(("started", "awaiting_approval")),
+            )
+            .values(status="failed", error={"message": error}, finished_at=func.now())
+            .returning(ToolExecution.id)
+        )
+        events.append(
+            ToolFailedEvent(
+                tool_call_id=call.id, name=call.name, error=error, execution_id=execution_id
+            )
+        )
+    return events
+
+
+async def finish_cancelled(leased: LeasedRun) -> None:
+    """Finish the run `cancelled`, with a failed result for each call it left without one."""
+    await leased.finish("cancelled", error=CANCELLED, closing=close_open_calls)

@@ -22,7 +22,7 @@ from app.core.errors import ConflictError, NotFoundError
 from app.core.state_machine import TERMINAL_STATUSES
 from app.db.engine import Database
 from app.db.models import Run, ToolApproval, ToolTrust
-from app.queue.manager import emit_unleased
+from app.queue.event_log import emit_unleased
 from app.queue.sql import query
 from app.tools.approvals import EXPIRED_REASON, resolved_event
 

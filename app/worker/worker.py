@@ -54,6 +54,7 @@ from app.queue.manager import (
 )
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
+from app.runtime.tool_records import finish_cancelled
 from app.tools.approvals import AwaitingApproval
 from app.tools.base import AwaitingArrival
 from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
@@ -308,7 +309,7 @@ class Worker:
         log_ = log.bind(run_id=str(run.id), attempt=run.attempt)
         try:
             if run.cancel_requested:
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
                 return
             if run.lease_expiries >= self.settings.max_run_attempts:
                 await self._give_up(leased)
@@ -329,7 +330,7 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await inner
             if active.stop_reason == "cancel":
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
             elif active.stop_reason == "handback":
                 await leased.hand_back()
                 log_.info("run handed back")
@@ -370,7 +371,7 @@ class Worker:
                 log.info("run parked waiting", run_id=str(leased.run.id), awaited=len(awaited))
                 return
             if outcome == "cancel":
-                await leased.finish("cancelled", error=_CANCELLED)
+                await finish_cancelled(leased)
                 return
 
     async def _give_up(self, leased: LeasedRun) -> None:
@@ -409,7 +410,7 @@ class Worker:
                 tool=request.tool,
             )
         else:
-            await leased.finish("cancelled", error=_CANCELLED)
+            await finish_cancelled(leased)
 
     # ------------------------------------------------------------------ signals
 
@@ -438,9 +439,6 @@ class Worker:
                 self._loop.call_soon_threadsafe(fn, run_id)
 
         return call
-
-
-_CANCELLED = {"code": "cancelled", "message": "cancelled by request"}
 
 
 def agent_executor(

@@ -61,6 +61,10 @@ async def test_create_with_defaults_and_read_back(api: Api, database: Database) 
         "timeoutSeconds": None,
         "tokenBudget": None,
         "contextWindow": None,
+        "ifBusy": "enqueue",
+        "maxSpawnDepth": None,
+        "maxChildrenPerRun": None,
+        "maxExchanges": None,
     }
 
 
@@ -125,6 +129,10 @@ async def test_patch_changes_only_given_fields(api: Api, database: Database) -> 
             "timeoutSeconds": 30,
             "tokenBudget": None,
             "contextWindow": None,
+            "ifBusy": "enqueue",
+            "maxSpawnDepth": None,
+            "maxChildrenPerRun": None,
+            "maxExchanges": None,
             "other": {"keep": True},
         }
 

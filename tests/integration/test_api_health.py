@@ -228,10 +228,13 @@ async def test_openapi_describes_the_contract(database: Database, db_url: str) -
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     post = paths["/api/agent-runtime"]["post"]
     assert post["security"] == [{"HTTPBearer": []}]
-    assert {"202", "400", "401", "404", "413", "415", "422"} <= set(post["responses"])
+    assert {"202", "400", "401", "404", "409", "413", "415", "422"} <= set(post["responses"])
+    assert "session_busy" in post["responses"]["409"]["description"]
     assert post["description"].startswith("Queue a message")
     run_request = spec["components"]["schemas"]["RunRequest"]
-    assert set(run_request["properties"]) == {"message", "sessionKey", "agentId"}
+    assert set(run_request["properties"]) == {"message", "sessionKey", "agentId", "ifBusy"}
+    accepted = spec["components"]["schemas"]["RunAccepted"]["properties"]["status"]
+    assert accepted["enum"] == ["queued", "steered", "collected"]
     assert run_request["properties"]["message"]["maxLength"] == 32_000
     assert "examples" in run_request
     stream = paths["/api/agent-runtime/stream"]["get"]

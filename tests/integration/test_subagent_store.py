@@ -16,8 +16,9 @@ from app.config import Settings
 from app.core.events import ToolStartedEvent
 from app.db.engine import Database
 from app.db.models import Run, RunEvent, SubagentSpawn
+from app.queue.event_log import emit_unleased
 from app.queue.lease import LeasedRun
-from app.queue.manager import RunQueue, emit_unleased
+from app.queue.manager import RunQueue
 from app.queue.sweeps import cancel_orphans, fail_overdue
 from app.tools.base import AwaitingArrival, ToolContext, ToolError
 from app.tools.subagent_tools import SessionsSpawn, SessionsWait

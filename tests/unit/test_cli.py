@@ -19,6 +19,7 @@ import structlog
 
 from app import cli
 from app.auth.secret import ensure_jwt_secret, secret_path, uses_generated_secret
+from app.cli.run_command import request_body
 from app.config import Settings
 from app.logging import configure_logging
 from app.serve import ChildSpec, Supervisor, connect_host, resolve_database
@@ -69,6 +70,9 @@ def test_parses_every_command() -> None:
         "dev",
         None,
     )
+    a = parser.parse_args(["run", "more", "--session", "s1", "--if-busy", "steer"])
+    assert request_body(a) == {"message": "more", "sessionKey": "s1", "ifBusy": "steer"}
+    assert request_body(parser.parse_args(["run", "hi"])) == {"message": "hi"}
     assert parser.parse_args(["worker", "--worker-id", "w9"]).worker_id == "w9"
     assert parser.parse_args(["migrate"]).handler is cli.cmd_migrate
     assert parser.parse_args(["api", "--port", "1234"]).port == 1234
@@ -76,7 +80,15 @@ def test_parses_every_command() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["serve", "--port", "0"], ["serve", "--workers", "-1"], ["token"], ["run"], ["nope"]],
+    [
+        [],
+        ["serve", "--port", "0"],
+        ["serve", "--workers", "-1"],
+        ["token"],
+        ["run"],
+        ["run", "hi", "--if-busy", "later"],
+        ["nope"],
+    ],
 )
 def test_rejects_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -25,7 +25,16 @@ router = APIRouter(prefix="/api/agent-runtime/agents", tags=["agents"])
 
 NAME_CONSTRAINT = "agents_tenant_name_key"
 AgentIdPath = Annotated[UUID, Path(alias="agentId", description="The agent's id.")]
-_SETTINGS_FIELDS = ("mode", "timeout_seconds", "token_budget", "context_window")
+_SETTINGS_FIELDS = (
+    "mode",
+    "timeout_seconds",
+    "token_budget",
+    "context_window",
+    "if_busy",
+    "max_spawn_depth",
+    "max_children_per_run",
+    "max_exchanges",
+)
 _COLUMN_FIELDS = ("name", "model", "system_prompt", "max_turns")
 
 
@@ -50,6 +59,10 @@ def agent_out(agent: Agent) -> AgentOut:
         timeout_seconds=extra.timeout_seconds,
         token_budget=extra.token_budget,
         context_window=extra.context_window,
+        if_busy=extra.if_busy,
+        max_spawn_depth=extra.max_spawn_depth,
+        max_children_per_run=extra.max_children_per_run,
+        max_exchanges=extra.max_exchanges,
         is_default=agent.is_default,
         owner_user_id=agent.owner_user_id,
         created_at=agent.created_at,
@@ -81,12 +94,7 @@ async def create_agent(
     body: AgentCreate,
 ) -> AgentOut:
     """Create an agent owned by the caller (omitted fields: the server defaults)."""
-    extra = AgentSettings(
-        mode=body.mode,
-        timeout_seconds=body.timeout_seconds,
-        token_budget=body.token_budget,
-        context_window=body.context_window,
-    )
+    extra = AgentSettings.model_validate({name: getattr(body, name) for name in _SETTINGS_FIELDS})
     try:
         async with db.tenant(principal) as s:
             agent = await agent_store.insert_agent(

@@ -34,7 +34,7 @@ from app.api.idempotency import (
     replayed_headers,
 )
 from app.api.run_feed import follow_run
-from app.api.schemas import SESSION_KEY_PATTERN, error_responses
+from app.api.schemas import SESSION_KEY_PATTERN, busy_responses, error_responses
 from app.auth.principal import Principal
 from app.queue.idempotency import Answer
 from app.sessions.store import active_run_id
@@ -88,6 +88,7 @@ ChatIdPath = Annotated[
     response_class=EventSourceResponse,
     responses={
         **error_responses(401, 404, 422),
+        **busy_responses(),
         **idempotent_responses(200),
         200: {**_STREAM_RESPONSE, **idempotent_responses(200)[200]},
     },
@@ -102,7 +103,8 @@ async def chat(
 ) -> EventSourceResponse:
     """Run the last user message in the chat's session; answer with the run as a UI message
     stream (the AI SDK's `useChat`). A retry with the same `Idempotency-Key` streams the same run
-    again instead of queueing the message twice."""
+    again instead of queueing the message twice. `ifBusy=steer`/`collect`: the run that takes
+    the message (the live one, the collecting one) is streamed."""
     try:
         text = body.user_text()
     except ValueError as exc:
@@ -110,7 +112,12 @@ async def chat(
 
     async def enqueue(s: AsyncSession) -> Answer:
         enqueued = await queue.enqueue_in(
-            s, principal, message=text, session_key=body.id, agent_id=body.agent_id
+            s,
+            principal,
+            message=text,
+            session_key=body.id,
+            agent_id=body.agent_id,
+            if_busy=body.if_busy,
         )
         return Answer(run_id=enqueued.run_id, status_code=200)
 
@@ -119,7 +126,10 @@ async def chat(
         principal,
         idempotency_key,
         operation="chat",
-        body=body.model_dump(mode="json", by_alias=True),
+        # without `ifBusy` when not given: keys stored before the field existed still match
+        body=body.model_dump(
+            mode="json", by_alias=True, exclude={"if_busy"} if body.if_busy is None else set()
+        ),
         create=enqueue,
     )
     return _ui_message_response(

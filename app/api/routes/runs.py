@@ -31,6 +31,7 @@ from app.api.schemas import (
     RunStatus,
     RunStatusName,
     Usage,
+    busy_responses,
     error_responses,
 )
 from app.queue import event_log
@@ -49,7 +50,11 @@ def run_not_found(run_id: UUID) -> ApiError:
     "",
     status_code=202,
     response_model=RunAccepted,
-    responses={**error_responses(400, 401, 404, 413, 415, 422), **idempotent_responses(202)},
+    responses={
+        **error_responses(400, 401, 404, 413, 415, 422),
+        **busy_responses(),
+        **idempotent_responses(202),
+    },
 )
 async def create_run(
     principal: CurrentPrincipal,
@@ -59,13 +64,24 @@ async def create_run(
     body: RunRequest,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
-    """Queue a message in a session (a new session unless `sessionKey` is given)."""
+    """Queue a message in a session (a new session unless `sessionKey` is given); `ifBusy` says
+    what it does when the session already has a live run."""
 
     async def enqueue(s: AsyncSession) -> Answer:
         enqueued = await queue.enqueue_in(
-            s, principal, message=body.message, session_key=body.session_key, agent_id=body.agent_id
+            s,
+            principal,
+            message=body.message,
+            session_key=body.session_key,
+            agent_id=body.agent_id,
+            if_busy=body.if_busy,
         )
-        accepted = RunAccepted(run_id=enqueued.run_id, session_key=enqueued.session_key)
+        accepted = RunAccepted(
+            run_id=enqueued.run_id,
+            session_key=enqueued.session_key,
+            status=enqueued.status,
+            merged=enqueued.merged if enqueued.status == "collected" else None,
+        )
         return Answer(run_id=enqueued.run_id, status_code=202, body=_json_of(accepted))
 
     outcome = await answer_idempotently(
@@ -73,15 +89,22 @@ async def create_run(
         principal,
         idempotency_key,
         operation="runs.create",
-        body=_json_of(body),
+        body=_request_json(body),
         create=enqueue,
     )
     return json_answer(outcome)
 
 
 def _json_of(model: BaseModel) -> dict[str, Any]:
-    """The model as its wire JSON (camelCase)."""
-    return model.model_dump(mode="json", by_alias=True)
+    """The model as its wire JSON (camelCase; unset optional members left out)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _request_json(body: RunRequest) -> dict[str, Any]:
+    """What an `Idempotency-Key` is bound to: the request as JSON (without `ifBusy` when it was
+    not given, so a key stored before the field existed still matches its retry)."""
+    unset = {"if_busy"} if body.if_busy is None else set()
+    return body.model_dump(mode="json", by_alias=True, exclude=unset)
 
 
 @router.get("/status", response_model=RunStatus, responses=error_responses(401, 404, 422))
