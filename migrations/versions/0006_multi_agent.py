@@ -27,6 +27,7 @@ def downgrade() -> None:
         """
         DROP TRIGGER IF EXISTS agent_run_queue_run_ended ON agent_run_queue;
         DROP FUNCTION IF EXISTS agent_runtime_run_ended(), agent_runtime_announcement,
+          agent_runtime_close_calls,
           agent_runtime_deliver, agent_runtime_followup, agent_runtime_emit;
         DROP TABLE IF EXISTS run_inbox, agent_messages;
         ALTER TABLE agent_tool_policies DROP COLUMN IF EXISTS session_scope;

@@ -5,9 +5,10 @@
 --   (app/runtime/inbox.py) or consumed by the tool call that waits for them (sessions_wait,
 --   sessions_send with waitForReply).
 -- * agent_runtime_run_ended(): the trigger that runs in the same transaction as any change of a
---   run to a terminal status, whoever makes it (worker, API cancel, sweeps). It records a spawned
---   child's outcome and announces it to its parent, hands a reply to a waiting sender, turns the
---   run's undelivered inbox into follow-up runs, and cancels the descendants of a cancelled run.
+--   run to a terminal status, whoever makes it (worker, API cancel, sweeps). It stores a result
+--   for each tool call left open, records a spawned child's outcome and announces it to its
+--   parent, hands a reply to a waiting sender, turns the run's undelivered inbox into follow-up
+--   runs, and cancels the descendants of a cancelled run.
 --   It runs as the caller's role under RLS: terminal changes are always made in a tenant
 --   transaction, and everything it touches belongs to that tenant.
 
@@ -226,6 +227,49 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
             END
 $$;
 
+-- Every tool call keeps a result: the calls of `r`'s latest model turn still without one when it
+-- ends (parked awaiting an approval or a wait, or cut short) get a stored failed result, in the
+-- transaction that ends the run. (A worker finishing a run writes them itself, with events,
+-- before this runs; this catches the runs that end without a worker: cancelled while parked,
+-- interrupted, failed by a sweep.)
+CREATE FUNCTION agent_runtime_close_calls(r agent_run_queue) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  turn jsonb;
+  call jsonb;
+  reason text;
+  result jsonb;
+  tokens integer;
+  next_seq integer;
+BEGIN
+  SELECT m.payload INTO turn FROM session_messages m
+    WHERE m.run_id = r.id AND m.role = 'assistant' ORDER BY m.seq DESC LIMIT 1;
+  IF turn IS NULL OR jsonb_array_length(coalesce(turn -> 'toolCalls', '[]'::jsonb)) = 0 THEN
+    RETURN;
+  END IF;
+  reason := CASE WHEN r.status = 'cancelled'
+                 THEN 'cancelled: the run was stopped before this call finished'
+                 ELSE format('failed: the run ended (%s) before this call finished',
+                             coalesce(r.error ->> 'code', r.status)) END;
+  FOR call IN SELECT value FROM jsonb_array_elements(turn -> 'toolCalls') LOOP
+    CONTINUE WHEN EXISTS (SELECT 1 FROM session_messages m
+                          WHERE m.run_id = r.id AND m.role = 'tool'
+                            AND m.payload ->> 'toolCallId' = call ->> 'id');
+    result := jsonb_build_object('kind', 'tool_result', 'toolCallId', call ->> 'id',
+                                 'name', call ->> 'name', 'ok', false, 'result', NULL,
+                                 'error', reason);
+    tokens := greatest(1, ceil(length(result::text) / 4.0)::integer);
+    UPDATE agent_sessions SET message_count = message_count + 1, token_count = token_count + tokens
+      WHERE id = r.session_id RETURNING message_count INTO next_seq;
+    INSERT INTO session_messages (tenant_id, session_id, run_id, seq, role, payload, token_count)
+      VALUES (r.tenant_id, r.session_id, r.id, next_seq, 'tool', result, tokens);
+    UPDATE tool_executions SET status = 'failed', finished_at = now(),
+                               error = jsonb_build_object('message', reason)
+      WHERE run_id = r.id AND tool_call_id = call ->> 'id'
+        AND status IN ('started', 'awaiting_approval');
+  END LOOP;
+END
+$$;
+
 CREATE FUNCTION agent_runtime_run_ended() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   spawn subagent_spawns;
@@ -238,6 +282,11 @@ DECLARE
   child uuid;
   reply text;
 BEGIN
+  -- 0. Every tool call of the run keeps a result.
+  IF NEW.status <> 'completed' THEN
+    PERFORM agent_runtime_close_calls(NEW);
+  END IF;
+
   -- 1. A spawned child ended: its spawn row records how, its parent hears of it once.
   SELECT * INTO spawn FROM subagent_spawns WHERE child_run_id = NEW.id FOR UPDATE;
   IF FOUND AND spawn.status IN ('pending', 'running') THEN

@@ -14,9 +14,11 @@ from uuid import UUID
 from sqlalchemy import text
 
 from app.auth.principal import Principal
+from app.core.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage, load_message
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.queue.manager import ClaimedRun, RunQueue
+from app.runtime.transcript_store import append_messages
 
 
 async def _claim(queue: RunQueue, run_id: UUID, worker: str = "w") -> LeasedRun:
@@ -180,3 +182,43 @@ async def test_a_steering_message_that_arrives_too_late_becomes_a_run(
     assert [r.status for r in runs] == ["cancelled", "queued"]
     assert runs[1].input["message"] == "also this"
     assert runs[1].input["followUp"]["kind"] == "steer"
+
+
+async def test_every_call_keeps_a_result_however_the_run_ends(
+    database: Database, alice: Principal
+) -> None:
+    """Calls left open (parked, cut short) get a stored failed result in the ending transaction:
+    a run cancelled while idle (no worker to write them), and one failed by its worker."""
+    queue = RunQueue(database)
+    for key, ending in (("idle", "cancel"), ("worker", "fail")):
+        run = (await queue.enqueue_run(alice, message="m", session_key=key)).run_id
+        lease = await _claim(queue, run)
+        calls = [ToolCall(id=f"{key}-1", name="read_file"), ToolCall(id=f"{key}-2", name="x")]
+        done = ToolResult(tool_call_id=f"{key}-1", name="read_file", ok=True, result="ok")
+        await append_messages(
+            lease, [UserMessage(text="m"), AssistantMessage(tool_calls=calls), done]
+        )
+        if ending == "cancel":
+            await lease.hand_back()
+            assert await queue.cancel(alice, run) == "cancelled"
+        else:
+            await lease.finish("failed", error={"code": "run_timeout", "message": "late"})
+        rows = await _rows(
+            database,
+            alice,
+            "SELECT payload FROM session_messages WHERE run_id = :r ORDER BY seq",
+            r=run,
+        )
+        results = [load_message(r.payload) for r in rows if r.payload["kind"] == "tool_result"]
+        assert [r.tool_call_id for r in results] == [f"{key}-1", f"{key}-2"]
+        closed = results[1]
+        assert isinstance(closed, ToolResult) and not closed.ok and closed.name == "x"
+        expected = "cancelled: the run was stopped" if ending == "cancel" else "failed: the run"
+        assert closed.error is not None and closed.error.startswith(expected)
+        [session] = await _rows(
+            database,
+            alice,
+            "SELECT message_count FROM agent_sessions WHERE session_key = :k",
+            k=key,
+        )
+        assert session.message_count == 4
