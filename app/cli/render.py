@@ -32,6 +32,7 @@ from app.core.events import (
     RunInterruptedEvent,
     RunRequeuedEvent,
     RunResumedEvent,
+    StateChangedEvent,
     SubagentCompletedEvent,
     SubagentSpawnedEvent,
     ThinkingDeltaEvent,
@@ -83,6 +84,7 @@ class Renderer:
         self._streamed = False  # deltas seen for the current assistant message
         self._any_text = False
         self._thinking = False  # inside a run of thinking.delta chunks
+        self._parked = False  # the run was parked (approval, wait): a resumption is expected
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -174,11 +176,10 @@ class Renderer:
                 self._line(
                     f"{self.sym['call']} sub-agent {name} spawned: {_one_line(task)}", self._dim
                 )
-            case SubagentCompletedEvent(child_session_key=key, status=status, error=error):
+            case SubagentCompletedEvent(status=status, error=error):
+                name = event.label or event.child_session_key or str(event.child_run_id)
                 why = f": {_error(error)}" if error is not None else ""
-                self._line(
-                    f"{self.sym['call']} sub-agent {key or event.child_run_id} {status}{why}"
-                )
+                self._line(f"{self.sym['call']} sub-agent {name} {status}{why}")
             case MessageInjectedEvent(source=source, text=text, skipped_calls=skipped):
                 skip = f" ({skipped} tool call(s) skipped)" if skipped else ""
                 self._line(f"» message from {source} injected{skip}: {_one_line(text)}", self._dim)
@@ -186,6 +187,11 @@ class Renderer:
                 self._line(f"{self.sym['stop']} interrupted by run {by}", self._red)
             case RunRequeuedEvent():
                 self._line("(its worker stopped; the run went back to the queue)", self._dim)
+            case StateChangedEvent(to=to) if to in ("awaiting_approval", "waiting"):
+                self._parked = True
+            case RunResumedEvent() if self._parked:
+                self._parked = False
+                self._line("(resumed)", self._dim)
             case RunResumedEvent():
                 self._line("(resumed by a worker after the previous attempt ended)", self._dim)
             case RunCompletedEvent(result=result):

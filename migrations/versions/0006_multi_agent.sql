@@ -301,7 +301,7 @@ BEGIN
     told := agent_runtime_deliver(spawn.parent_run_id, 'subagent', NEW.id,
                                   agent_runtime_announcement(spawn, outcome, NEW), payload);
     IF told IS NOT NULL THEN
-      PERFORM agent_runtime_emit(told, 'subagent.completed', payload - 'label');
+      PERFORM agent_runtime_emit(told, 'subagent.completed', payload);
     END IF;
   END IF;
 

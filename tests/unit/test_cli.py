@@ -514,3 +514,47 @@ def test_renderer_skips_events_it_does_not_know() -> None:
     assert renderer.handle({"seq": 1, "runId": RUN_ID, "type": "future.event", "x": 1}) is None
     assert renderer.handle({"seq": 2, "runId": RUN_ID, "type": "usage"}) is None
     assert out.getvalue() == "" and renderer.last_seq == 2
+
+
+def test_renders_children_injected_messages_and_interrupts() -> None:
+    child = "00000000-0000-4000-8000-0000000000c1"
+    text, code = render(
+        [
+            {
+                "type": "subagent.spawned",
+                "childRunId": child,
+                "childSessionKey": "s:sub:1",
+                "task": "count\nthe files",
+                "label": "counter",
+                "agentId": child,
+            },
+            {"type": "state.changed", "from": "tool_calling", "to": "waiting"},
+            {
+                "type": "subagent.completed",
+                "childRunId": child,
+                "childSessionKey": "s:sub:1",
+                "label": "counter",
+                "status": "timed_out",
+                "error": {"code": "run_timeout", "message": "too slow"},
+            },
+            {"type": "run.resumed", "attempt": 2, "workerId": "w2"},
+            {
+                "type": "message.injected",
+                "source": "user",
+                "text": "stop",
+                "inboxId": 3,
+                "skippedCalls": 2,
+            },
+            {"type": "run.interrupted", "byRunId": child},
+            {"type": "run.cancelled", "reason": "interrupted by a new message"},
+        ]
+    )
+    assert code == 1
+    assert text.splitlines() == [
+        "→ sub-agent counter spawned: count\\nthe files",
+        "→ sub-agent counter timed_out: run_timeout: too slow",
+        "(resumed)",
+        "» message from user injected (2 tool call(s) skipped): stop",
+        f"■ interrupted by run {child}",
+        "■ cancelled",
+    ]

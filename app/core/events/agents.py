@@ -46,6 +46,8 @@ class SubagentCompletedEvent(EventBase):
     """The child's run."""
     child_session_key: str | None = Field(default=None, exclude_if=unset)
     """The child's session (omitted when unknown)."""
+    label: str | None = Field(default=None, exclude_if=unset)
+    """The spawner's name for the child (omitted when unset)."""
     status: SubagentOutcome
     """`completed`, `failed`, `cancelled` or `timed_out`."""
     result: dict[str, Any] | None = Field(default=None, exclude_if=unset)
