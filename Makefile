@@ -8,6 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?=
 TESTS  ?= tests
 PYTEST_ARGS ?=
+JOBS   ?= 2
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -64,8 +65,11 @@ npmdeps: ## install the npm test client (the `ai` package) when node/npm are pre
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
 
+# Two passes: the tests on JOBS processes (pytest-xdist), then the `serial` ones alone (sandbox
+# process counts, kill -9 and lease deadlines). Exit 5 (nothing collected in a pass) is fine.
 test: $(STAMP) sysdeps browser npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
-	$(BIN)/pytest $(TESTS) $(PYTEST_ARGS)
+	$(BIN)/pytest $(TESTS) -m "not serial" -n $(JOBS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest $(TESTS) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)
 	$(BIN)/ruff check .

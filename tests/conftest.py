@@ -30,7 +30,8 @@ from app.core.events import RUN_EVENT_ADAPTER
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
 
-TEMPLATE_DB = "agent_runtime_test_template"
+TEMPLATE_DB = f"agent_runtime_test_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+"""One template per pytest-xdist worker (they may share a server when DATABASE_URL is set)."""
 _KEPT = {"DATABASE_URL", "AGENT_RUNTIME_ENV_FILE"}
 _SDK_PREFIXES = ("GOOGLE_", "GEMINI_", "OPENAI_", "VERTEX")
 

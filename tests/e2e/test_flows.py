@@ -14,7 +14,9 @@ import pytest
 
 from tests.e2e.conftest import Stack
 
-pytestmark = pytest.mark.e2e
+# Leases and kill -9 against deadlines: never beside another test (`make test` runs these after
+# the parallel part).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def types(events: list[dict[str, object]]) -> list[object]:

@@ -31,7 +31,9 @@ from app.core.failpoints import (
 from tests.conftest import _admin_conn
 from tests.e2e.conftest import Stack
 
-pytestmark = pytest.mark.e2e
+# Leases and kill -9 against deadlines: never beside another test (`make test` runs these after
+# the parallel part).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 SPAWN = '/tool sessions_spawn {"task": "/answer forty-two", "label": "counter"}'
 WAIT_FOR_CHILD = f"{SPAWN}\n/tool sessions_wait {{}}"

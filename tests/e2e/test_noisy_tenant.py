@@ -16,7 +16,9 @@ import pytest
 
 from tests.e2e.conftest import Stack
 
-pytestmark = pytest.mark.e2e
+# Measured against a deadline: never beside another test (`make test` runs these after the
+# parallel part).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 EVIL_RULE = {"tool": "run_shell", "arg": "command", "allowRegex": ["(a|a)*b"]}
 

@@ -28,6 +28,10 @@ from app.tools.sandbox import detect_isolation, sandbox_tools
 from app.tools.workspace import Workspace
 from tests.integration.tool_support import context_for
 
+# Never beside another test (`make test` runs these after the parallel part): they count the
+# sandbox user's processes, which another test's sandbox would add to.
+pytestmark = pytest.mark.serial
+
 SANDBOX_UID = 65534
 REPO = Path(app.__file__).resolve().parent.parent
 

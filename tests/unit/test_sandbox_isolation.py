@@ -17,6 +17,10 @@ from app.tools.sandbox.layout import Layout, create_layout, remove_layout, write
 from app.tools.sandbox.limits import Limits
 from app.tools.sandbox.runner import run_process
 
+# Never beside another test (`make test` runs these after the parallel part): they count the
+# sandbox user's processes, which another test's sandbox would add to.
+pytestmark = pytest.mark.serial
+
 UID = 65534
 ROOT = os.geteuid() == 0
 

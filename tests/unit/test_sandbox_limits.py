@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.config import Settings
 from app.tools.sandbox.limits import MB, Limits
+
+# Never beside another test (`make test` runs these after the parallel part): they count the
+# sandbox user's processes, which another test's sandbox would add to.
+pytestmark = pytest.mark.serial
 
 
 def test_timeout_defaults_and_is_capped() -> None:

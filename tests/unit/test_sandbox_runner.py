@@ -10,6 +10,10 @@ import pytest
 from app.tools.sandbox.isolation import Invocation
 from app.tools.sandbox.runner import CappedText, run_process
 
+# Never beside another test (`make test` runs these after the parallel part): they count the
+# sandbox user's processes, which another test's sandbox would add to.
+pytestmark = pytest.mark.serial
+
 ENV = {"PATH": "/usr/bin:/bin"}
 
 
