@@ -90,6 +90,23 @@ async def test_the_agents_if_busy_is_the_default(
     assert user_texts(seen.transcript)[-1] == "[m02]"
 
 
+async def test_interrupt_stops_a_running_run_within_two_seconds(
+    db_url: str, database: Database, alice: Principal
+) -> None:
+    async with busy_stack(db_url, database, workers=1) as api:
+        first = await post(api, "int2", f"{slow(8000)}\n[m00]")
+        first_id = UUID(first.json()["runId"])
+        await _wait_event(database, alice, "int2", first_id, "tool.started")
+        answer = await post(api, "int2", "[m01]", "interrupt")
+        answered_at = time.monotonic()
+        assert answer.status_code == 202 and answer.json()["status"] == "queued", answer.text
+        await wait_status(database, alice, first_id, {"cancelled"}, timeout=5)
+        assert time.monotonic() - answered_at < 2.0  # mid-tool, on the same worker's loop
+        seen = await wait_idle(database, alice, "int2")
+    check_invariants(seen, ["[m00]", "[m01]"])
+    assert user_texts(seen.transcript)[-1] == "[m01]"
+
+
 async def test_interrupt_stops_the_running_run_and_every_queued_one(
     db_url: str, database: Database, alice: Principal
 ) -> None:
