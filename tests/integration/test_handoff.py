@@ -46,6 +46,15 @@ async def _spawn(db: Database, alice: Principal, parent: UUID, child: UUID) -> N
         )
 
 
+async def _family(db: Database, alice: Principal) -> tuple[RunQueue, UUID, UUID]:
+    """A queued parent run (session `k`) and its spawned child (session `k:sub:1`)."""
+    queue = RunQueue(db)
+    parent = (await queue.enqueue_run(alice, message="p", session_key="k")).run_id
+    child = (await queue.enqueue_run(alice, message="c", session_key="k:sub:1")).run_id
+    await _spawn(db, alice, parent, child)
+    return queue, parent, child
+
+
 async def _rows(db: Database, alice: Principal, sql: str, **params: Any) -> list[Any]:
     async with db.tenant(alice) as s:
         return list((await s.execute(text(sql), params)).all())
@@ -61,10 +70,7 @@ async def _types(db: Database, alice: Principal, run_id: UUID) -> list[str]:
 async def test_child_outcome_reaches_a_live_parent_once(
     database: Database, alice: Principal
 ) -> None:
-    queue = RunQueue(database)
-    parent = (await queue.enqueue_run(alice, message="p", session_key="k")).run_id
-    child = (await queue.enqueue_run(alice, message="c", session_key="k:sub:1")).run_id
-    await _spawn(database, alice, parent, child)
+    queue, parent, child = await _family(database, alice)
     parent_lease = await _claim(queue, parent, "w1")
     child_lease = await _claim(queue, child, "w2")
 
@@ -102,10 +108,7 @@ async def test_child_outcome_reaches_a_live_parent_once(
 async def test_child_ending_after_its_parent_queues_one_follow_up(
     database: Database, alice: Principal
 ) -> None:
-    queue = RunQueue(database)
-    parent = (await queue.enqueue_run(alice, message="p", session_key="k")).run_id
-    child = (await queue.enqueue_run(alice, message="c", session_key="k:sub:1")).run_id
-    await _spawn(database, alice, parent, child)
+    queue, parent, child = await _family(database, alice)
     parent_lease = await _claim(queue, parent, "w1")
     child_lease = await _claim(queue, child, "w2")
     await parent_lease.finish("completed", result={"text": "done"})
@@ -129,10 +132,7 @@ async def test_child_ending_after_its_parent_queues_one_follow_up(
 async def test_cancelling_a_parent_cancels_its_idle_child_and_drops_the_outcome(
     database: Database, alice: Principal
 ) -> None:
-    queue = RunQueue(database)
-    parent = (await queue.enqueue_run(alice, message="p", session_key="k")).run_id
-    child = (await queue.enqueue_run(alice, message="c", session_key="k:sub:1")).run_id
-    await _spawn(database, alice, parent, child)
+    queue, parent, child = await _family(database, alice)
 
     assert await queue.cancel(alice, parent) == "cancelled"
 
@@ -149,10 +149,7 @@ async def test_cancelling_a_parent_cancels_its_idle_child_and_drops_the_outcome(
 async def test_cancelling_a_parent_asks_its_running_child_to_stop(
     database: Database, alice: Principal
 ) -> None:
-    queue = RunQueue(database)
-    parent = (await queue.enqueue_run(alice, message="p", session_key="k")).run_id
-    child = (await queue.enqueue_run(alice, message="c", session_key="k:sub:1")).run_id
-    await _spawn(database, alice, parent, child)
+    queue, parent, child = await _family(database, alice)
     parent_lease = await _claim(queue, parent, "w1")
     await _claim(queue, child, "w2")
 
