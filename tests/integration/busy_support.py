@@ -21,24 +21,16 @@ from sqlalchemy import select
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.db.models import AgentSession, Run, RunEvent, SessionMessage
-from app.tools.base import Tool, ToolContext
 from tests.integration.api_support import Api, auth, make_settings, running_api
-from tests.integration.policy_support import catalog_with, running_worker, worker_settings
+from tests.integration.policy_support import (
+    SleepTool,
+    catalog_with,
+    running_worker,
+    worker_settings,
+)
 
 TOKEN = re.compile(r"\[m\d\d\]")
 LIVE = {"queued", "running", "awaiting_approval", "waiting"}
-
-
-class Slow(Tool):
-    """Sleeps `ms` milliseconds (cancellation interrupts it)."""
-
-    name = "slow"
-    description = "Sleep for ms milliseconds."
-    parameters: dict[str, Any] = {"type": "object"}
-
-    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
-        await asyncio.sleep(float(args.get("ms", 100)) / 1000)
-        return {"slept": args.get("ms", 100)}
 
 
 def slow(ms: int) -> str:
@@ -51,7 +43,7 @@ async def busy_stack(
     db_url: str, database: Database, *, collect_window: float = 0.4, workers: int = 2
 ) -> AsyncIterator[Api]:
     """The API (in process) and `workers` real workers running the agent loop."""
-    catalog = catalog_with(Slow())
+    catalog = catalog_with(SleepTool("slow"))
     settings = make_settings(db_url, collect_window_seconds=collect_window)
     async with running_api(settings, database) as api:
         ws = worker_settings(db_url, collect_window_seconds=collect_window)

@@ -93,6 +93,22 @@ class Recorder(Tool):
         return {"recorded": len(self.calls)}
 
 
+class SleepTool(Tool):
+    """A test tool that sleeps `ms` milliseconds (cancellation interrupts it): keeps a run busy
+    in a tool call, e.g. between two model turns. Named as the test's script calls it."""
+
+    description = "Sleep for ms milliseconds."
+    parameters: dict[str, Any] = {"type": "object", "properties": {"ms": {"type": "integer"}}}
+
+    def __init__(self, name: str = "slow", result: Any = "rested") -> None:
+        self.name = name
+        self.result = result
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        await asyncio.sleep(int(args.get("ms", 100)) / 1000)
+        return self.result
+
+
 def catalog_with(*extra: Tool) -> ToolRegistry:
     """The default catalog plus `extra` tools (replacing any of the same name)."""
     catalog = default_tool_registry(Settings(_env_file=None))  # type: ignore[call-arg]

@@ -23,9 +23,9 @@ from app.core.transcript import ToolResult, UserMessage, load_message
 from app.db.engine import Database
 from app.db.models import Agent, AgentMessage, Run, RunInboxItem, SessionMessage
 from app.queue.manager import RunQueue
-from app.tools.base import Tool, ToolContext
 from app.worker.worker import Worker
 from tests.integration.policy_support import (
+    SleepTool,
     catalog_with,
     default_agent_id,
     run_events,
@@ -37,23 +37,11 @@ from tests.integration.policy_support import (
 )
 
 
-class Nap(Tool):
-    """Sleeps a while: keeps a run busy (running) between two model turns."""
-
-    name = "nap"
-    description = "Sleep."
-    parameters: dict[str, Any] = {"type": "object", "properties": {"ms": {"type": "integer"}}}
-
-    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
-        await asyncio.sleep(args.get("ms", 1000) / 1000)
-        return "rested"
-
-
 @pytest.fixture
 async def worker(database: Database, db_url: str, alice: Principal) -> AsyncIterator[Worker]:
     await set_policy(database, alice, allow=["group:sessions"])
     settings = worker_settings(db_url, worker_concurrency=6)
-    async with running_worker(database, settings, "w1", catalog_with(Nap())) as w:
+    async with running_worker(database, settings, "w1", catalog_with(SleepTool("nap"))) as w:
         yield w
 
 

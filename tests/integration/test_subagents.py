@@ -16,9 +16,9 @@ from sqlalchemy import select, text
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.db.models import Run, RunEvent, RunInboxItem, SubagentSpawn
-from app.tools.base import Tool, ToolContext
 from tests.integration.api_support import Api, auth, make_settings, running_api
 from tests.integration.policy_support import (
+    SleepTool,
     catalog_with,
     default_agent_id,
     run_events,
@@ -38,18 +38,6 @@ async def api(db_url: str, database: Database, alice: Principal) -> AsyncIterato
     await set_policy(database, alice, allow=["group:sessions"])  # coding + the sessions tools
     async with running_api(make_settings(db_url), database) as api:
         yield api
-
-
-class Pause(Tool):
-    """Sleeps `ms` milliseconds (keeps a run busy between two model turns)."""
-
-    name = "pause"
-    description = "Sleep."
-    parameters: dict[str, Any] = {"type": "object"}
-
-    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
-        await asyncio.sleep(int(args.get("ms", 0)) / 1000)
-        return "rested"
 
 
 def spawn_line(task: str, **args: Any) -> str:
@@ -196,7 +184,7 @@ async def test_an_outcome_is_injected_into_a_running_parent(
     api: Api, database: Database, db_url: str, alice: Principal
 ) -> None:
     message = "\n".join([spawn_line("/answer 42", label="calc"), tool_line("pause", ms=2500)])
-    catalog = catalog_with(Pause())
+    catalog = catalog_with(SleepTool("pause"))
     async with running_worker(database, worker_settings(db_url), "w1", catalog=catalog):
         run_id = UUID((await api.post_run(message))["runId"])
         assert await wait_status(database, alice, run_id, ENDED, timeout=15) == "completed"
