@@ -148,7 +148,9 @@ async def test_steer_delivers_each_message_once_into_the_live_run_or_after_it(
 ) -> None:
     tokens = [f"[m{i:02}]" for i in range(16)]
     async with busy_stack(db_url, database) as api:
-        first = await post(api, "steer", f"{slow(700)}\n{slow(700)}\n/sleep 300\n{tokens[0]}")
+        # the first call lasts longer than posting the first message takes, even on a loaded
+        # machine: the second call is then certainly not started when the message arrives
+        first = await post(api, "steer", f"{slow(3000)}\n{slow(700)}\n/sleep 300\n{tokens[0]}")
         first_id = first.json()["runId"]
         await _wait_event(database, alice, "steer", UUID(first_id), "tool.started")
         answers = await post_all(api, "steer", tokens[1:], "steer", spread=2.5)
