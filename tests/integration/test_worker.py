@@ -256,6 +256,19 @@ async def test_concurrency_limit(
         assert overlapping <= concurrency
 
 
+async def assert_gave_up(
+    database: Database, alice: Principal, run_id: UUID, *, stops: int, limit: int
+) -> None:
+    """The run failed `worker_crashed` (naming both counts), its only events queued and failed."""
+    async with database.tenant(alice) as s:
+        error = await s.scalar(select(Run.error).where(Run.id == run_id))
+    assert error == {
+        "code": "worker_crashed",
+        "message": f"the run's worker stopped {stops} times (MAX_RUN_ATTEMPTS={limit}); giving up",
+    }
+    assert await event_types(database, alice, run_id) == ["run.queued", "run.failed"]
+
+
 async def test_heartbeat_fails_a_run_whose_worker_keeps_dying_and_the_lane_moves_on(
     database: Database, db_url: str, alice: Principal
 ) -> None:
@@ -274,13 +287,7 @@ async def test_heartbeat_fails_a_run_whose_worker_keeps_dying_and_the_lane_moves
         assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
         await wait_status(database, alice, nxt.run_id, {"completed"})
     assert script.calls == [(nxt.run_id, 1)]
-    async with database.tenant(alice) as s:
-        error = await s.scalar(select(Run.error).where(Run.id == run.run_id))
-    assert error == {
-        "code": "worker_crashed",
-        "message": "the run's worker stopped 2 times (MAX_RUN_ATTEMPTS=2); giving up",
-    }
-    assert await event_types(database, alice, run.run_id) == ["run.queued", "run.failed"]
+    await assert_gave_up(database, alice, run.run_id, stops=2, limit=2)
 
 
 async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_run(
@@ -300,10 +307,4 @@ async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_ru
         assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
         await wait_status(database, alice, nxt.run_id, {"completed"})
     assert script.calls == [(nxt.run_id, 1)]
-    async with database.tenant(alice) as s:
-        error = await s.scalar(select(Run.error).where(Run.id == run.run_id))
-    assert error == {
-        "code": "worker_crashed",
-        "message": "the run's worker stopped 3 times (MAX_RUN_ATTEMPTS=2); giving up",
-    }
-    assert await event_types(database, alice, run.run_id) == ["run.queued", "run.failed"]
+    await assert_gave_up(database, alice, run.run_id, stops=3, limit=2)
