@@ -94,6 +94,13 @@ class Settings(BaseSettings):
         "origin (local frontend dev servers). `serve` turns it on for its API on the embedded "
         "database when CORS_ORIGINS is unset.",
     )
+    workbench_dev_sign_in: bool = Field(
+        default=False,
+        description="Let the workbench page at `/` sign in as the dev user by itself. `serve` "
+        "turns it on for its API on the embedded database with a generated secret; it only "
+        "takes effect when the JWT secret in use is the generated one in AGENT_RUNTIME_DATA_DIR "
+        "and HOST is a loopback address (see `app/api/workbench.py`).",
+    )
     default_model: str = Field(
         default="offline",
         description="Model of new default agents, and what the model name `default` means "

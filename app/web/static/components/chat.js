@@ -1,0 +1,190 @@
+// The chat: the conversation (user messages, the assistant's streaming answer, tool cards,
+// collapsed thinking), the composer (message + ifBusy) and the cancel button.
+import { cancelRun, followRun, postMessage } from "../api.js";
+import { renderMarkdown } from "./markdown.js";
+import { RunStatus } from "./run-status.js";
+import { createToolCard, finishToolCard } from "./tool-card.js";
+
+export class Chat {
+  constructor(root) {
+    this.list = root.querySelector("#messages");
+    this.form = root.querySelector("#composer");
+    this.input = root.querySelector("#message");
+    this.ifBusy = root.querySelector("#if-busy");
+    this.cancelButton = root.querySelector("#cancel");
+    this.status = new RunStatus(root.querySelector("#run-status"));
+    this.sessionKey = null;
+    this.runs = new Map();  // runId → {turn, stop}
+    this.form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.send();
+    });
+    this.input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        this.send();
+      }
+    });
+    this.cancelButton.addEventListener("click", () => this.cancel());
+    root.querySelector("#new-session").addEventListener("click", () => this.newSession());
+  }
+
+  newSession() {
+    for (const run of this.runs.values()) run.stop?.();
+    this.runs.clear();
+    this.sessionKey = null;
+    this.list.replaceChildren();
+    this.status.reset();
+    this.cancelButton.disabled = true;
+    this.input.focus();
+  }
+
+  async send() {
+    const message = this.input.value.trim();
+    if (!message) return;
+    this.input.value = "";
+    this.addItem("user", message);
+    let accepted;
+    try {
+      accepted = await postMessage({
+        message, sessionKey: this.sessionKey, ifBusy: this.ifBusy.value || undefined,
+      });
+    } catch (err) {
+      this.addItem("error", `Not sent: ${err.message}`);
+      return;
+    }
+    this.sessionKey = accepted.sessionKey;
+    if (accepted.status !== "queued") {
+      this.addItem("note", `Message ${accepted.status} into run ${accepted.runId}`);
+      return;
+    }
+    await this.follow(accepted.runId);
+  }
+
+  async follow(runId) {
+    this.currentRunId = runId;
+    this.status.start(runId);
+    this.cancelButton.disabled = false;
+    const run = { turn: null, thinking: null, tools: new Map() };
+    this.runs.set(runId, run);
+    try {
+      run.stop = await followRun(runId, (event) => this.onEvent(run, event));
+    } catch (err) {
+      this.addItem("error", `Cannot follow the run: ${err.message}`);
+    }
+  }
+
+  async cancel() {
+    if (!this.currentRunId) return;
+    this.cancelButton.disabled = true;
+    try {
+      await cancelRun(this.currentRunId);
+    } catch (err) {
+      this.addItem("error", `Cancel failed: ${err.message}`);
+    }
+  }
+
+  onEvent(run, event) {
+    if (event.runId === this.currentRunId) this.status.apply(event);
+    switch (event.type) {
+      case "assistant.delta":
+        this.turn(run).append(event.text);
+        break;
+      case "thinking.delta":
+        this.thinking(run).append(event.text);
+        break;
+      case "assistant.reset":
+        run.turn?.remove();
+        run.thinking?.remove();
+        run.turn = run.thinking = null;
+        break;
+      case "assistant.message":
+        // the turn's whole text: render it as Markdown, then the next turn starts afresh
+        if (event.text) this.turn(run).finish(event.text);
+        run.turn = run.thinking = null;
+        break;
+      case "tool.started": {
+        const card = createToolCard(event);
+        run.tools.set(event.toolCallId, card);
+        this.list.appendChild(card);
+        break;
+      }
+      case "tool.completed":
+      case "tool.failed": {
+        const card = run.tools.get(event.toolCallId);
+        if (card) finishToolCard(card, event);
+        break;
+      }
+      case "run.completed":
+        this.ended(run, event, "completed");
+        break;
+      case "run.failed":
+        this.ended(run, event, `failed: ${event.error?.message || event.error?.code || "error"}`);
+        break;
+      case "run.cancelled":
+        this.ended(run, event, `cancelled (${event.reason})`);
+        break;
+      default:
+        break;
+    }
+    this.list.lastElementChild?.scrollIntoView({ block: "end" });
+  }
+
+  ended(run, event, text) {
+    run.turn?.finish();
+    this.addItem("note", `Run ${text}`).dataset.runEnd = event.type;
+    if (event.runId === this.currentRunId) this.cancelButton.disabled = true;
+  }
+
+  turn(run) {
+    if (!run.turn) run.turn = new AssistantTurn(this.addItem("assistant", ""));
+    return run.turn;
+  }
+
+  thinking(run) {
+    if (!run.thinking) {
+      const details = document.createElement("details");  // collapsed by default
+      details.className = "thinking";
+      const summary = document.createElement("summary");
+      summary.textContent = "Thinking";
+      const body = document.createElement("div");
+      details.append(summary, body);
+      const li = this.addItem("thinking", "");
+      li.appendChild(details);
+      run.thinking = { append: (text) => body.append(text), remove: () => li.remove() };
+    }
+    return run.thinking;
+  }
+
+  addItem(kind, text) {
+    const li = document.createElement("li");
+    li.className = `msg ${kind}`;
+    if (text) li.textContent = text;
+    this.list.appendChild(li);
+    return li;
+  }
+}
+
+/** The assistant's answer: plain text while it streams, Markdown once the message is whole. */
+class AssistantTurn {
+  constructor(li) {
+    this.li = li;
+    this.li.setAttribute("aria-busy", "true");
+    this.text = "";
+  }
+
+  append(text) {
+    this.text += text;
+    this.li.textContent = this.text;
+  }
+
+  finish(text = this.text) {
+    this.text = text;
+    this.li.replaceChildren(renderMarkdown(text));
+    this.li.removeAttribute("aria-busy");
+  }
+
+  remove() {
+    this.li.remove();
+  }
+}
