@@ -43,7 +43,9 @@ def test_chat_streams_an_answer_and_a_tool_card(stack: Stack) -> None:
         page.goto(f"{stack.base_url}/")
         expect(page.locator("body[data-ready=true]")).to_be_attached()
 
-        page.get_by_role("textbox", name="Message").fill("Hello **workbench** <img src=x onerror=alert(1)>")
+        page.get_by_role("textbox", name="Message").fill(
+            "Hello **workbench** <img src=x onerror=alert(1)>"
+        )
         page.get_by_role("button", name="Send").click()
         try:
             expect(page.locator("[data-run-end='run.completed']")).to_be_visible(timeout=30_000)

@@ -1,0 +1,61 @@
+"""The workbench's dev sign-in mints a token only when every condition holds (app/api/workbench.py):
+each one failing alone refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app.api.errors import install_error_handlers
+from app.api.workbench import install_workbench
+from app.config import Settings
+
+GENERATED = "generated-secret-0123456789abcdef0123456789abcdef"
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+
+
+def client(tmp_path: Path, **overrides: object) -> TestClient:
+    (tmp_path / "jwt-secret").write_text(GENERATED + "\n")
+    values: dict[str, object] = {
+        "agent_runtime_data_dir": tmp_path,
+        "supabase_jwt_secret": GENERATED,
+        "workbench_dev_sign_in": True,
+        "host": "127.0.0.1",
+        **overrides,
+    }
+    app = FastAPI()
+    app.state.settings = Settings(**values)  # type: ignore[arg-type]
+    install_error_handlers(app)
+    install_workbench(app)
+    # TestClient's client address is "testclient": present it as loopback
+    return TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 5000))
+
+
+def test_a_local_generated_secret_setup_signs_in(tmp_path: Path) -> None:
+    c = client(tmp_path)
+    assert c.get("/workbench/config.json", headers=SAME_ORIGIN).json() == {"auth": "dev"}
+    r = c.post("/workbench/dev-token", headers=SAME_ORIGIN)
+    assert r.status_code == 200 and r.json()["user"] == "dev" and r.json()["token"]
+    assert r.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "headers"),
+    [
+        ({"workbench_dev_sign_in": False}, SAME_ORIGIN),
+        ({"supabase_jwt_secret": "a-configured-secret-0123456789abcdef0123"}, SAME_ORIGIN),
+        ({"host": "0.0.0.0"}, SAME_ORIGIN),
+        ({}, {}),  # not from the page itself (curl, another tool)
+        ({}, {"Sec-Fetch-Site": "same-site"}),  # another localhost origin
+        ({}, {**SAME_ORIGIN, "Host": "rebound.example:8000"}),  # DNS rebinding
+    ],
+)
+def test_any_missing_condition_refuses(
+    tmp_path: Path, overrides: dict[str, object], headers: dict[str, str]
+) -> None:
+    c = client(tmp_path, **overrides)
+    assert c.post("/workbench/dev-token", headers=headers).status_code == 404
+    assert c.get("/workbench/config.json", headers=headers).json() == {"auth": "token"}
