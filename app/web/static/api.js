@@ -19,7 +19,8 @@ export class ApiError extends Error {
   }
 }
 
-async function call(method, path, { body, query } = {}) {
+/** Any call of the public API (path relative to /api/agent-runtime); throws ApiError. */
+export async function call(method, path, { body, query } = {}) {
   const url = new URL(BASE + path, location.origin);
   for (const [k, v] of Object.entries(query || {})) url.searchParams.set(k, v);
   const headers = { Authorization: `Bearer ${token}` };
@@ -33,9 +34,10 @@ async function call(method, path, { body, query } = {}) {
 }
 
 /** POST /api/agent-runtime: {runId, sessionKey, status}. */
-export function postMessage({ message, sessionKey, ifBusy }) {
+export function postMessage({ message, sessionKey, agentId, ifBusy }) {
   const body = { message };
   if (sessionKey) body.sessionKey = sessionKey;
+  if (agentId) body.agentId = agentId;
   if (ifBusy) body.ifBusy = ifBusy;
   return call("POST", "", { body });
 }

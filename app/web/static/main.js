@@ -1,11 +1,18 @@
-// The workbench's entry point: sign in, then mount the components.
+// The workbench's entry point: sign in, then mount the components. Each component owns one
+// region of index.html and talks to the others only through bus.js.
 import { signIn } from "./auth.js";
 import { Chat } from "./components/chat.js";
+import { RunStatus } from "./components/run-status.js";
+import { mountTabs } from "./components/tabs.js";
 
 async function main() {
   const signedIn = await signIn(document.getElementById("signin"));
   if (!signedIn) return;
-  window.workbench = { chat: new Chat(document.getElementById("app")) };
+  mountTabs(document.querySelector(".sidebar [role=tablist]"));
+  window.workbench = {
+    runStatus: new RunStatus(document.getElementById("run-status")),
+    chat: new Chat(document.getElementById("app")),
+  };
   document.body.dataset.ready = "true";
 }
 

@@ -1,8 +1,8 @@
 // The chat: the conversation (user messages, the assistant's streaming answer, tool cards,
 // collapsed thinking), the composer (message + ifBusy) and the cancel button.
 import { cancelRun, followRun, postMessage } from "../api.js";
+import { emit, on } from "../bus.js";
 import { renderMarkdown } from "./markdown.js";
-import { RunStatus } from "./run-status.js";
 import { createToolCard, finishToolCard } from "./tool-card.js";
 
 export class Chat {
@@ -12,8 +12,8 @@ export class Chat {
     this.input = root.querySelector("#message");
     this.ifBusy = root.querySelector("#if-busy");
     this.cancelButton = root.querySelector("#cancel");
-    this.status = new RunStatus(root.querySelector("#run-status"));
     this.sessionKey = null;
+    this.agentId = null;  // the agent of new sessions (the picker's choice; null: the default)
     this.runs = new Map();  // runId → {turn, stop}
     this.form.addEventListener("submit", (e) => {
       e.preventDefault();
@@ -27,6 +27,10 @@ export class Chat {
     });
     this.cancelButton.addEventListener("click", () => this.cancel());
     root.querySelector("#new-session").addEventListener("click", () => this.newSession());
+    on("session:new", () => this.newSession());
+    on("agent:selected", ({ agentId }) => {
+      this.agentId = agentId;
+    });
   }
 
   newSession() {
@@ -34,8 +38,8 @@ export class Chat {
     this.runs.clear();
     this.sessionKey = null;
     this.list.replaceChildren();
-    this.status.reset();
     this.cancelButton.disabled = true;
+    emit("session:changed", { sessionKey: null, agentId: this.agentId });
     this.input.focus();
   }
 
@@ -47,13 +51,19 @@ export class Chat {
     let accepted;
     try {
       accepted = await postMessage({
-        message, sessionKey: this.sessionKey, ifBusy: this.ifBusy.value || undefined,
+        message,
+        sessionKey: this.sessionKey,
+        agentId: this.sessionKey ? undefined : this.agentId || undefined,
+        ifBusy: this.ifBusy.value || undefined,
       });
     } catch (err) {
       this.addItem("error", `Not sent: ${err.message}`);
       return;
     }
-    this.sessionKey = accepted.sessionKey;
+    if (accepted.sessionKey !== this.sessionKey) {
+      this.sessionKey = accepted.sessionKey;
+      emit("session:changed", { sessionKey: this.sessionKey, agentId: this.agentId });
+    }
     if (accepted.status !== "queued") {
       this.addItem("note", `Message ${accepted.status} into run ${accepted.runId}`);
       return;
@@ -63,7 +73,7 @@ export class Chat {
 
   async follow(runId) {
     this.currentRunId = runId;
-    this.status.start(runId);
+    emit("run:followed", { runId, sessionKey: this.sessionKey });
     this.cancelButton.disabled = false;
     const run = { turn: null, thinking: null, tools: new Map() };
     this.runs.set(runId, run);
@@ -85,7 +95,7 @@ export class Chat {
   }
 
   onEvent(run, event) {
-    if (event.runId === this.currentRunId) this.status.apply(event);
+    emit("run:event", event);
     switch (event.type) {
       case "assistant.delta":
         this.turn(run).append(event.text);

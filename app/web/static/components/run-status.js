@@ -1,9 +1,17 @@
 // The current run at a glance: its status, the loop's state and the tokens used so far.
+import { on } from "../bus.js";
 
 export class RunStatus {
   constructor(element) {
     this.element = element;
     this.reset();
+    on("run:followed", ({ runId }) => this.start(runId));
+    on("session:changed", ({ sessionKey }) => {
+      if (!sessionKey) this.reset();
+    });
+    on("run:event", (event) => {
+      if (event.runId === this.runId) this.apply(event);
+    });
   }
 
   reset() {
