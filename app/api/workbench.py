@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
@@ -86,10 +87,42 @@ def _dev_request(request: Request) -> bool:
     )
 
 
+def content_security_policy(settings: Settings) -> str:
+    """The page's CSP: its own scripts and styles only (no inline code, no CDN), API calls to this
+    origin (and to Supabase Auth when configured), never framed. Model and tool output is only
+    ever put into the page as text; this is the second wall if that ever slips."""
+    connect = "'self'"
+    if settings.supabase_url:  # its origin only: a path could carry `;` into the header
+        parts = urlsplit(settings.supabase_url)
+        connect += f" {parts.scheme}://{parts.netloc}"
+    return "; ".join(
+        [
+            "default-src 'self'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' data: blob:",
+            f"connect-src {connect}",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        ]
+    )
+
+
 @router.get("/")
-async def index() -> FileResponse:
+async def index(request: Request) -> FileResponse:
     """The workbench page."""
-    return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+    settings: Settings = request.app.state.settings
+    return FileResponse(
+        STATIC_DIR / "index.html",
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": content_security_policy(settings),
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        },
+    )
 
 
 @router.get("/workbench/config.json")

@@ -59,3 +59,18 @@ def test_any_missing_condition_refuses(
     c = client(tmp_path, **overrides)
     assert c.post("/workbench/dev-token", headers=headers).status_code == 404
     assert c.get("/workbench/config.json", headers=headers).json() == {"auth": "token"}
+
+
+def test_the_page_is_served_under_a_strict_content_security_policy(tmp_path: Path) -> None:
+    r = client(tmp_path).get("/")
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "'unsafe-inline'" not in csp
+    assert "frame-ancestors 'none'" in csp and "connect-src 'self';" in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_supabase_auth_is_the_only_other_origin_the_page_may_call(tmp_path: Path) -> None:
+    url = "https://abcd.supabase.co/;script-src *"  # a path must not reach the header
+    csp = client(tmp_path, supabase_url=url).get("/").headers["content-security-policy"]
+    assert "connect-src 'self' https://abcd.supabase.co;" in csp
+    assert "script-src *" not in csp
