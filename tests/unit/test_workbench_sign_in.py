@@ -61,6 +61,15 @@ def test_any_missing_condition_refuses(
     assert c.get("/workbench/config.json", headers=headers).json() == {"auth": "token"}
 
 
+def test_a_client_from_the_network_is_refused(tmp_path: Path) -> None:
+    """Even with HOST on loopback, a request arriving from another address (a proxy in front,
+    a port forward) does not get a token."""
+    c = client(tmp_path)
+    remote = TestClient(c.app, base_url="http://127.0.0.1:8000", client=("10.0.0.7", 5000))
+    assert remote.post("/workbench/dev-token", headers=SAME_ORIGIN).status_code == 404
+    assert remote.get("/workbench/config.json", headers=SAME_ORIGIN).json() == {"auth": "token"}
+
+
 def test_the_page_is_served_under_a_strict_content_security_policy(tmp_path: Path) -> None:
     r = client(tmp_path).get("/")
     csp = r.headers["content-security-policy"]
