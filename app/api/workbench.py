@@ -11,6 +11,8 @@ dev user (`POST /workbench/dev-token`), under every one of these conditions, che
   can reach it;
 - the `Host` header names a loopback host: a DNS-rebinding page (evil.example resolving to
   127.0.0.1) sends its own host name and is refused;
+- no reverse-proxy header (`Forwarded`, `X-Forwarded-For`, …): a proxy on this machine would
+  otherwise make a request from the network look local;
 - the browser says the request comes from the page itself (`Sec-Fetch-Site: same-origin`), so
   another local origin allowed by CORS_ALLOW_LOCALHOST cannot collect a token either.
 
@@ -37,6 +39,8 @@ STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 DEV_USER = "dev"
 DEV_TOKEN_SECONDS = 3600 * 12
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+"""Set by a reverse proxy: the request came through one, so maybe from the network."""
 
 router = APIRouter(include_in_schema=False)
 
@@ -84,6 +88,7 @@ def _dev_request(request: Request) -> bool:
         _is_loopback(request.client.host if request.client else None)
         and _host_name(request.headers.get("host")) in LOOPBACK_NAMES
         and request.headers.get("sec-fetch-site") == "same-origin"
+        and not any(h in request.headers for h in PROXY_HEADERS)
     )
 
 

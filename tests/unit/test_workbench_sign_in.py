@@ -51,6 +51,8 @@ def test_a_local_generated_secret_setup_signs_in(tmp_path: Path) -> None:
         ({}, {}),  # not from the page itself (curl, another tool)
         ({}, {"Sec-Fetch-Site": "same-site"}),  # another localhost origin
         ({}, {**SAME_ORIGIN, "Host": "rebound.example:8000"}),  # DNS rebinding
+        ({}, {**SAME_ORIGIN, "X-Forwarded-For": "203.0.113.9"}),  # via a local reverse proxy
+        ({}, {**SAME_ORIGIN, "Forwarded": "for=203.0.113.9"}),
     ],
 )
 def test_any_missing_condition_refuses(
