@@ -183,16 +183,16 @@ def test_approvals_queue_up_deny_anywhere_and_decided_elsewhere(stack: Stack, ta
     outcome = {a["args"]["path"]: (a["status"], a["decisionReason"]) for a in found}
     assert outcome == {"a.txt": ("denied", "not in this folder"), "b.txt": ("approved", None)}
 
-    # deciding one that was decided meanwhile (the 409) just closes it
-    stale = next(a for a in found if a["args"]["path"] == "a.txt")
-    one.evaluate(
+    # deciding one that was decided meanwhile (a 409: as if the poll had not caught up yet)
+    stale = next(a for a in found if a["args"]["path"] == "b.txt")
+    two.evaluate(
         "(a) => window.workbench.approvals.add(a, Infinity)", {**stale, "status": "pending"}
     )
-    modal = dialog(one, "write_file")
+    modal = dialog(two, "write_file")
     expect(modal).to_be_visible()
     modal.get_by_role("button", name="Approve").click()
     expect(modal).to_be_hidden()
-    expect(one.locator(".approval-note").last).to_contain_text("decided elsewhere")
+    expect(two.locator(".approval-note").last).to_contain_text("decided elsewhere")
     assert not tabs.errors("status of 409"), tabs.console
 
 
@@ -202,7 +202,12 @@ def test_a_plan_run_shows_its_steps_revision_and_progress(stack: Stack, tabs: Ta
     # no agent picker on this branch: choose the agent as the picker would
     page.evaluate("(id) => { window.workbench.chat.agentId = id; }", agent["id"])
     missing = json.dumps({"path": "missing.txt"})
-    send(page, f"/plan read it /tool read_file {missing}; never reached\n/replan explain; finish")
+    write = json.dumps({"path": "plan.md", "content": "# done"})
+    send(
+        page,
+        f"/plan read it /tool read_file {missing}; never reached\n"
+        f"/replan explain /tool write_file {write}; finish",
+    )
     wait_run_end(page, stack)
 
     plan = page.locator("#plan")
@@ -226,9 +231,22 @@ def test_a_plan_run_shows_its_steps_revision_and_progress(stack: Stack, tabs: Ta
     expect(earlier.locator("li")).to_have_count(2)  # the first plan: read it, never reached
     page.screenshot(path=str(SHOTS / "workbench-plan.png"), full_page=True)
 
+    # a file a tool wrote downloads from the card
+    card = page.locator(".tool-card", has_text="write_file")
+    with page.expect_download() as got:
+        card.get_by_role("button", name="Download plan.md").click()
+    assert Path(got.value.path()).read_text() == "# done"
+
     # a new session has no plan yet
     page.get_by_role("button", name="New session").click()
     expect(plan).to_be_hidden()
+    # a rejected plan shows, and the one asked for again runs
+    send(page, "/plan-invalid-once\n/plan only step")
+    wait_run_end(page, stack, count=1)
+    expect(plan.locator(".plan-invalid")).to_have_text(
+        re.compile(r"^Plan rejected \(attempt 1\): ")
+    )
+    expect(plan.get_by_role("progressbar", name="1 of 1 steps done")).to_be_visible()
     assert not tabs.errors(), tabs.console
 
 
@@ -246,6 +264,22 @@ def test_cancel_stops_a_running_run(stack: Stack, tabs: Tabs) -> None:
     expect(cancel).to_be_disabled()
     run_id = page.evaluate("window.workbench.chat.currentRunId")
     assert stack.status(run_id)["status"] == "cancelled"
+
+    # a run waiting for approval: put the dialog aside, cancel the run; the approval goes too
+    api(stack, "PUT", "/policies", {"requireApproval": {"tools": ["write_file"]}})
+    send(page, '/tool write_file {"path": "a.txt", "content": "x"}')
+    modal = dialog(page, "write_file")
+    expect(modal).to_be_visible(timeout=20_000)
+    expect(page.locator(".tool-card.waiting .tool-state")).to_have_text("waiting for approval…")
+    modal.get_by_role("button", name="Later").click()
+    expect(cancel).to_be_enabled()
+    cancel.click()
+    wait_run_end(page, stack, "run.cancelled", count=2)
+    expect(page.get_by_role("region", name="Pending approvals")).to_be_hidden()
+    expect(page.locator(".approval-note").last).to_contain_text("expired (run cancelled by alice)")
+    card = page.locator(".tool-card").last
+    expect(card).to_have_class(re.compile(r"\bfailed\b"))
+    expect(card.locator(".tool-state")).to_have_text(re.compile(r"not finished: run cancelled"))
     assert not tabs.errors(), tabs.console
 
 

@@ -53,21 +53,28 @@ function countdown(ms) {
   return h ? `${h} h ${String(m).padStart(2, "0")} min` : `${m}:${rest} left`;
 }
 
+/** "approved by alice", "expired (run cancelled by alice)". */
+function describe(decision, decidedBy, reason) {
+  const outcome = OUTCOMES[decision] || decision;
+  if (decision === "expired") return reason ? `${outcome} (${reason})` : outcome;
+  return decidedBy ? `${outcome} by ${decidedBy}` : outcome;
+}
+
 export class Approvals {
   constructor(root) {
     this.root = root;
     this.pending = new Map();  // approvalId → {approval, addedAt, sessionKey}
     this.decidedHere = new Set();  // ids this tab decided (a stale poll must not bring them back)
+    this.resolved = new Set();  // ids whose `approval.resolved` this tab has seen
     this.current = null;  // the approvalId in the dialog
     this.deferred = false;  // "Later": the queue waits in the banner
     this.polling = false;
     this.build();
     on("run:event", (event) => {
-      if (event.type === "approval.required") this.add(event, performance.now());
+      if (event.type === "approval.required") this.required(event);
       else if (event.type === "approval.resolved") {
-        const outcome = OUTCOMES[event.decision] || event.decision;
-        const by = event.decidedBy ? ` by ${event.decidedBy}` : "";
-        this.drop(event.approvalId, `${outcome}${by}`);
+        this.resolved.add(event.approvalId);
+        this.drop(event.approvalId, describe(event.decision, event.decidedBy, event.reason));
       }
     });
     document.addEventListener("visibilitychange", () => {
@@ -145,11 +152,28 @@ export class Approvals {
     this.root.append(this.dialog, this.banner, this.notes);
   }
 
+  /**
+   * An `approval.required` event: a followed run waits. The event may be a replay (a run
+   * followed from its start after a reload), so the approval is read first: only a pending one
+   * opens the dialog.
+   */
+  async required(event) {
+    const startedAt = performance.now();
+    let approval = event;
+    try {
+      approval = await call("GET", `/approvals/${event.approvalId}`);
+    } catch {
+      // not readable now: the event says enough, and the next poll corrects it
+    }
+    this.add(approval, startedAt);
+  }
+
   /** A pending approval (an `approval.required` event or an `ApprovalInfo`) joins the queue. */
   add(approval, addedAt) {
     const id = approval.approvalId;
-    if (this.pending.has(id) || this.decidedHere.has(id)) return;
+    if (this.pending.has(id) || this.decidedHere.has(id) || this.resolved.has(id)) return;
     if (approval.status && approval.status !== "pending") return;
+    if (Date.parse(approval.expiresAt) <= Date.now()) return;
     this.pending.set(id, { approval, addedAt, sessionKey: null });
     this.deferred = false;  // something new: show it
     emit("approvals:pending", { count: this.pending.size });
@@ -189,8 +213,8 @@ export class Approvals {
     let outcome = "decided elsewhere";
     try {
       const info = await call("GET", `/approvals/${id}`);
-      if (info.status === "expired") outcome = "expired";
-      else if (info.decidedBy) outcome = `${info.status} by ${info.decidedBy}`;
+      const decision = { approved: "approve", denied: "deny", expired: "expired" }[info.status];
+      if (decision) outcome = describe(decision, info.decidedBy, info.decisionReason);
     } catch {
       // gone altogether: "decided elsewhere" says enough
     }

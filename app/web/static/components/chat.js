@@ -4,7 +4,9 @@ import { cancelRun, followRun, postMessage } from "../api.js";
 import { emit, on } from "../bus.js";
 import { compactionMarker } from "./compaction-marker.js";
 import { renderMarkdown } from "./markdown.js";
-import { createToolCard, finishToolCard, startToolCard } from "./tool-card.js";
+import {
+  abandonToolCard, createToolCard, finishToolCard, startToolCard,
+} from "./tool-card.js";
 
 export class Chat {
   constructor(root) {
@@ -146,6 +148,7 @@ export class Chat {
 
   ended(run, event, text) {
     run.turn?.finish();
+    for (const card of run.tools.values()) abandonToolCard(card, `run ${text}`);
     this.addItem("note", `Run ${text}`).dataset.runEnd = event.type;
     if (event.runId === this.currentRunId) this.cancelButton.disabled = true;
   }

@@ -173,6 +173,14 @@ export function startToolCard(card, event) {
   card._started = Date.parse(event.ts) || Date.now();
 }
 
+/** The run ended while the call waited or ran (e.g. cancelled): say so, if it is still open. */
+export function abandonToolCard(card, why) {
+  if (!card.classList.contains("running") && !card.classList.contains("waiting")) return;
+  card.classList.remove("running", "waiting");
+  card.classList.add("failed");
+  card.querySelector(".tool-state").textContent = `not finished: ${why}`;
+}
+
 /** Complete a card with its `tool.completed` or `tool.failed` event. */
 export function finishToolCard(card, event) {
   const failed = event.type === "tool.failed";
