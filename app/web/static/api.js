@@ -80,3 +80,21 @@ export async function followRun(runId, onEvent) {
   }
   return () => source.close();
 }
+
+/**
+ * A session workspace file as a Blob (GET /sessions/{key}/files/{path}, with the bearer header,
+ * which a plain link cannot send). The Blob's type is always application/octet-stream, so a
+ * Blob URL of it downloads and never renders as a page of this origin.
+ */
+export async function workspaceFile(sessionKey, path) {
+  const encoded = path.split("/").map(encodeURIComponent).join("/");
+  const url = new URL(
+    `${BASE}/sessions/${encodeURIComponent(sessionKey)}/files/${encoded}`, location.origin,
+  );
+  const r = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+  if (!r.ok) {
+    const data = r.headers.get("content-type")?.includes("json") ? await r.json() : null;
+    throw new ApiError(r.status, data);
+  }
+  return new Blob([await r.arrayBuffer()], { type: "application/octet-stream" });
+}

@@ -8,6 +8,7 @@
 //   "session:open"    {sessionKey}: ask the chat to open a stored session
 //   "session:new"     {}: ask the chat to start a new session
 //   "agent:selected"  {agentId}: the agent new sessions use (null: the tenant's default)
+//   "approvals:pending" {count}: how many tool approvals of the tenant wait (approval.js)
 const handlers = new Map();
 
 /** Call `fn(payload)` on each `emit(topic, …)`; returns a function that unsubscribes. */

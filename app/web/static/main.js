@@ -1,7 +1,9 @@
 // The workbench's entry point: sign in, then mount the components. Each component owns one
 // region of index.html and talks to the others only through bus.js.
 import { signIn } from "./auth.js";
+import { Approvals } from "./components/approval.js";
 import { Chat } from "./components/chat.js";
+import { Plan } from "./components/plan.js";
 import { RunStatus } from "./components/run-status.js";
 import { mountTabs } from "./components/tabs.js";
 
@@ -11,6 +13,8 @@ async function main() {
   mountTabs(document.querySelector(".sidebar [role=tablist]"));
   window.workbench = {
     runStatus: new RunStatus(document.getElementById("run-status")),
+    plan: new Plan(document.getElementById("plan")),
+    approvals: new Approvals(document.getElementById("approvals")),
     chat: new Chat(document.getElementById("app")),
   };
   document.body.dataset.ready = "true";

@@ -2,8 +2,11 @@
 // collapsed thinking), the composer (message + ifBusy) and the cancel button.
 import { cancelRun, followRun, postMessage } from "../api.js";
 import { emit, on } from "../bus.js";
+import { compactionMarker } from "./compaction-marker.js";
 import { renderMarkdown } from "./markdown.js";
-import { createToolCard, finishToolCard } from "./tool-card.js";
+import {
+  abandonToolCard, createToolCard, finishToolCard, startToolCard,
+} from "./tool-card.js";
 
 export class Chat {
   constructor(root) {
@@ -113,18 +116,21 @@ export class Chat {
         if (event.text) this.turn(run).finish(event.text);
         run.turn = run.thinking = null;
         break;
+      case "approval.required":
       case "tool.started": {
-        const card = createToolCard(event);
-        run.tools.set(event.toolCallId, card);
-        this.list.appendChild(card);
+        // a call that waited for approval already has its card
+        const card = run.tools.get(event.toolCallId);
+        if (!card) this.toolCard(run, event);
+        else if (event.type === "tool.started") startToolCard(card, event);
         break;
       }
       case "tool.completed":
-      case "tool.failed": {
-        const card = run.tools.get(event.toolCallId);
-        if (card) finishToolCard(card, event);
+      case "tool.failed":  // a refused call (policy, denied) never started: no card yet
+        finishToolCard(run.tools.get(event.toolCallId) || this.toolCard(run, event), event);
         break;
-      }
+      case "context.compacted":
+        this.list.appendChild(compactionMarker(event));
+        break;
       case "run.completed":
         this.ended(run, event, "completed");
         break;
@@ -142,8 +148,16 @@ export class Chat {
 
   ended(run, event, text) {
     run.turn?.finish();
+    for (const card of run.tools.values()) abandonToolCard(card, `run ${text}`);
     this.addItem("note", `Run ${text}`).dataset.runEnd = event.type;
     if (event.runId === this.currentRunId) this.cancelButton.disabled = true;
+  }
+
+  toolCard(run, event) {
+    const card = createToolCard(event, { sessionKey: this.sessionKey });
+    run.tools.set(event.toolCallId, card);
+    this.list.appendChild(card);
+    return card;
   }
 
   turn(run) {
