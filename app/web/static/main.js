@@ -1,7 +1,9 @@
 // The workbench's entry point: sign in, then mount the components. Each component owns one
 // region of index.html and talks to the others only through bus.js.
 import { signIn } from "./auth.js";
+import { Agents } from "./components/agents.js";
 import { Chat } from "./components/chat.js";
+import { MemoryPanel } from "./components/memory.js";
 import { RunStatus } from "./components/run-status.js";
 import { mountTabs } from "./components/tabs.js";
 
@@ -13,6 +15,9 @@ async function main() {
     runStatus: new RunStatus(document.getElementById("run-status")),
     chat: new Chat(document.getElementById("app")),
   };
+  window.workbench.memory = new MemoryPanel(document.getElementById("memory-panel"));
+  window.workbench.agents = new Agents(
+    document.getElementById("agent-picker"), document.getElementById("agent-panel"));
   document.body.dataset.ready = "true";
 }
 
