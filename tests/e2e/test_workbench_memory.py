@@ -65,12 +65,15 @@ def wb(stack: Stack) -> Iterator[Workbench]:
         page.set_viewport_size({"width": 1280, "height": 900})
         bench = Workbench(page)
         page.on("console", lambda m: bench.console.append(f"{m.type}: {m.text}"))
+        vendored: list[str] = []
+        page.on("request", lambda r: vendored.append(r.url) if "/vendor/" in r.url else None)
         token = json.dumps(stack.token())
         page.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
         page.goto(f"{stack.base_url}/")
         expect(page.locator("body[data-ready=true]")).to_be_attached()
         yield bench
         assert not bench.errors(), bench.console
+        assert vendored == [], "only Supabase sign-in loads the vendored supabase-js"
 
 
 def test_memory_search_counts_and_forget(stack: Stack, wb: Workbench) -> None:

@@ -110,10 +110,14 @@ async function supabaseSignIn(container, config) {
     return true;
   }
   container.textContent = "not signed in";
+  // the card is modal: the page behind it is out of reach (keyboard, screen readers) meanwhile
+  const behind = [document.querySelector(".topbar"), document.getElementById("app")];
+  for (const node of behind) node.inert = true;
   return new Promise((resolve) => {
     const card = supabaseForm(client, (session) => {
       setToken(session.access_token);
       card.remove();
+      for (const node of behind) node.inert = false;
       if (!shown) show(session);
       resolve(true);
     });
