@@ -6,6 +6,7 @@ reasons; the "New agent" form creates a plan-mode agent that new sessions then u
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -128,6 +129,23 @@ def test_memory_search_counts_and_forget(stack: Stack, wb: Workbench) -> None:
     expect(panel).not_to_contain_text("pluto")
 
 
+def test_memory_pages_with_load_more(stack: Stack, wb: Workbench) -> None:
+    for i in range(23):
+        remember(stack, f"Fact number {i}.")
+    p = wb.page
+    p.get_by_role("tab", name="Memory").click()
+    panel = p.locator("#memory-panel")
+    panel.get_by_role("button", name="Refresh").click()
+    entries = panel.locator(".memory-entry")
+    expect(entries).to_have_count(20)
+    expect(entries.first).to_contain_text("Fact number 22.")  # newest first
+    panel.get_by_role("button", name="Load more").click()
+    expect(entries).to_have_count(23)
+    expect(entries.last).to_contain_text("Fact number 0.")
+    expect(panel.get_by_role("button", name="Load more")).to_be_hidden()
+    expect(panel.locator(".memory-status")).to_have_text("23 entries")
+
+
 def test_memory_panel_empty_and_error_states(wb: Workbench) -> None:
     p = wb.page
     p.get_by_role("tab", name="Memory").click()
@@ -205,6 +223,14 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     expect(p.locator("[data-run-end='run.completed']")).to_be_visible(timeout=30_000)
     sessions = api(stack, "GET", "/sessions")["sessions"]
     assert [s["agentId"] for s in sessions] == [planner["id"]]
+
+    # at phone width the panel fits (nothing wider than the screen)
+    p.set_viewport_size({"width": 390, "height": 844})
+    panel.scroll_into_view_if_needed()
+    assert p.evaluate("document.documentElement.scrollWidth") <= 390
+    if os.environ.get("WORKBENCH_PHONE_SHOT"):
+        p.screenshot(path=os.environ["WORKBENCH_PHONE_SHOT"], full_page=True)
+    p.set_viewport_size({"width": 1280, "height": 900})
 
     # a name already taken: the form says why
     wb.expected_statuses.add(409)
