@@ -93,15 +93,20 @@ async function supabaseSignIn(container, config) {
     shown = true;
     const who = session.user?.email || session.user?.id || "a Supabase user";
     showSignedIn(container, `signed in as ${who}`, async () => {
-      await client.auth.signOut();
-      location.reload();
+      const { error } = await client.auth.signOut();  // success: SIGNED_OUT reloads the page
+      if (error) container.prepend(`Sign-out failed: ${error.message}. `);
     });
   };
   // Every new or refreshed session replaces the bearer token the API calls use. (Only
   // synchronous work here: supabase-js holds a lock while it runs these callbacks.)
   client.auth.onAuthStateChange((event, session) => {
     if (session?.access_token) setToken(session.access_token);
-    if (event === "SIGNED_OUT") setToken(null);
+    // signed out here, in another tab (supabase-js tells them all), or the refresh token was
+    // refused: back to the sign-in card
+    if (event === "SIGNED_OUT") {
+      setToken(null);
+      location.reload();
+    }
   });
   const { data } = await client.auth.getSession();
   if (data.session) {
