@@ -191,7 +191,11 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     expect(shell.locator(".tool-policy-reason")).to_contain_text("run_shell")
     expect(shell.locator(".tool-policy-reason")).to_contain_text("agent")
     write = panel.locator(".tool-list.allowed [data-tool=write_file]")
-    expect(write.locator(".tool-policy-approval")).to_contain_text("Approval")
+    expect(write.locator(".tool-policy-approval")).to_contain_text("Needs approval")
+    expect(write.locator(".tool-policy-approval")).to_contain_text("write_file")
+    assert (
+        panel.locator(".tool-list.allowed [data-tool=read_file] .tool-policy-approval").count() == 0
+    )
     expect(write.locator(".risk")).to_be_visible()
     SHOTS.mkdir(parents=True, exist_ok=True)
     p.screenshot(path=str(SHOTS / "workbench-agent.png"), full_page=True)

@@ -132,7 +132,8 @@ export class Agents {
     ].filter(Boolean);
     summary.textContent = `Profile “${page.profile}” (from the ${page.profileSource} policy)`
       + `${page.owner ? ", you own this agent" : ""}`
-      + `${limits.length ? `; at most ${limits.join(", ")}` : ""}.`;
+      + `${limits.length ? `; at most ${limits.join(", ")}` : ""}.`
+      + " Calls of the tools marked “needs approval” wait for a person to approve them.";
     this.tools.replaceChildren(heading, summary,
       this.toolList(`May use (${page.allowed.length})`, page.allowed, "allowed"),
       this.toolList(`Denied (${page.denied.length})`, page.denied, "denied"));
@@ -140,7 +141,7 @@ export class Agents {
 
   toolList(title, tools, kind) {
     const section = el("details", `tool-list ${kind}`);
-    section.open = kind === "allowed";
+    section.open = true;
     section.appendChild(el("summary", null, title));
     const list = el("ul");
     for (const tool of tools) {
@@ -151,9 +152,9 @@ export class Agents {
         el("span", `risk risk-${tool.risk}`, `${tool.risk} risk`));
       if (tool.ownerOnly) head.appendChild(el("span", "badge", "owner only"));
       item.append(head, el("p", "tool-policy-reason", tool.reason));
-      if (kind === "allowed") {
-        item.appendChild(el("p", `tool-policy-approval${tool.approval ? " gated" : ""}`,
-          tool.approval ? `Approval: ${tool.approval}` : "No approval needed"));
+      if (tool.approval) {
+        item.classList.add("gated");
+        item.appendChild(el("p", "tool-policy-approval", `Needs approval: ${tool.approval}`));
       }
       item.title = tool.description;
       list.appendChild(item);
