@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 AI_SDK := tests/e2e/ai_sdk
 AI_SDK_STAMP := $(AI_SDK)/node_modules/.installed
 
-.PHONY: help setup sysdeps browser npmdeps run test lint fmt bench clean distclean
+.PHONY: help setup sysdeps browser npmdeps vendor-supabase run test lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -61,6 +61,21 @@ $(AI_SDK_STAMP): $(AI_SDK)/package-lock.json $(AI_SDK)/package.json
 npmdeps: ## install the npm test client (the `ai` package) when node/npm are present
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(AI_SDK_STAMP); \
 	else echo "warning: npm is not installed: the AI SDK end-to-end tests will be skipped"; fi
+
+# The workbench's Supabase sign-in loads the browser build of @supabase/supabase-js, committed in
+# app/web/static/vendor/supabase-js/ (so `make run` and the Docker image need no Node). This
+# refreshes it from the npm registry, checking the tarball against the registry's integrity.
+SUPABASE_JS_VERSION ?= 2.119.1
+SUPABASE_JS_DIR := app/web/static/vendor/supabase-js
+vendor-supabase: ## refresh the vendored @supabase/supabase-js browser bundle (SUPABASE_JS_VERSION=…)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	tgz=$$(cd "$$tmp" && npm pack --silent @supabase/supabase-js@$(SUPABASE_JS_VERSION)); \
+	want=$$(npm view @supabase/supabase-js@$(SUPABASE_JS_VERSION) dist.integrity); \
+	got="sha512-$$(openssl dgst -sha512 -binary "$$tmp/$$tgz" | base64 -w0)"; \
+	[ "$$want" = "$$got" ] || { echo "integrity mismatch: $$got != $$want"; exit 1; }; \
+	tar xzf "$$tmp/$$tgz" -C "$$tmp"; \
+	cp "$$tmp/package/dist/umd/supabase.js" "$$tmp/package/LICENSE" $(SUPABASE_JS_DIR)/; \
+	echo "vendored @supabase/supabase-js $(SUPABASE_JS_VERSION) ($$got): update $(SUPABASE_JS_DIR)/README.md"
 
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))

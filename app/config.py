@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         "asymmetric access tokens (ES256, RS256, EdDSA), verified with the keys of its JWKS; "
         "`iss` must be `{SUPABASE_URL}/auth/v1`.",
     )
+    supabase_anon_key: str | None = Field(
+        default=None,
+        description="The Supabase project's public anon key (safe in browsers). With "
+        "SUPABASE_URL, the workbench page at `/` signs in with Supabase Auth (email + password "
+        "or a magic link) and uses the session's access token.",
+    )
     supabase_jwks_url: str | None = Field(
         default=None,
         description="JWKS to fetch the signing keys from instead of "
@@ -441,6 +447,14 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not an http(s) URL")
         return url
 
+    @field_validator("supabase_anon_key", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """An empty or blank value means unset."""
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _origins(cls, value: object) -> object:
@@ -462,6 +476,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SUPABASE_JWKS_URL needs SUPABASE_URL (tokens' `iss` must be {SUPABASE_URL}/auth/v1)"
             )
+        if self.supabase_anon_key and not self.supabase_url:
+            raise ValueError("SUPABASE_ANON_KEY needs SUPABASE_URL (the project it belongs to)")
         return self
 
     def supabase_issuer(self) -> str | None:

@@ -18,6 +18,10 @@ dev user (`POST /workbench/dev-token`), under every one of these conditions, che
 
 Whoever passes all of these is a process of this machine that could read the banner's token, so
 the endpoint gives away nothing `serve` does not already print. Otherwise it answers 404.
+
+With SUPABASE_URL and SUPABASE_ANON_KEY set, the page signs in with Supabase Auth instead (the
+`@supabase/supabase-js` browser bundle vendored in `app/web/static/vendor/supabase-js/`), and the
+dev sign-in is off.
 """
 
 from __future__ import annotations
@@ -73,10 +77,17 @@ def _uses_generated_secret(settings: Settings) -> bool:
     return bool(generated) and settings.supabase_jwt_secret == generated
 
 
+def supabase_sign_in(settings: Settings) -> bool:
+    """The page signs in with Supabase Auth (SUPABASE_URL and SUPABASE_ANON_KEY are set)."""
+    return bool(settings.supabase_url and settings.supabase_anon_key)
+
+
 def dev_sign_in_available(settings: Settings) -> bool:
-    """The server-side conditions of the dev sign-in (the request ones are in `dev_token`)."""
+    """The server-side conditions of the dev sign-in (the request ones are in `dev_token`).
+    Supabase sign-in, when configured, replaces it."""
     return (
         settings.workbench_dev_sign_in
+        and not supabase_sign_in(settings)
         and _is_loopback(settings.host)
         and _uses_generated_secret(settings)
     )
@@ -130,12 +141,27 @@ async def index(request: Request) -> FileResponse:
     )
 
 
+def sign_in_config(settings: Settings, request: Request) -> dict[str, str]:
+    """How the page signs in. `supabase` (SUPABASE_URL and SUPABASE_ANON_KEY set: Supabase Auth
+    in the browser, whose access tokens the API verifies with the project's JWKS) wins over `dev`
+    (ask `/workbench/dev-token`); otherwise `token` (the user pastes one)."""
+    if supabase_sign_in(settings):
+        assert settings.supabase_url and settings.supabase_anon_key
+        return {
+            "auth": "supabase",
+            "supabaseUrl": settings.supabase_url,
+            "supabaseAnonKey": settings.supabase_anon_key,
+        }
+    if dev_sign_in_available(settings) and _dev_request(request):
+        return {"auth": "dev"}
+    return {"auth": "token"}
+
+
 @router.get("/workbench/config.json")
 async def config(request: Request) -> JSONResponse:
-    """How the page signs in: `dev` (ask `/workbench/dev-token`) or `token` (paste one)."""
+    """How the page signs in: `supabase`, `dev` or `token` (see `sign_in_config`)."""
     settings: Settings = request.app.state.settings
-    auth = "dev" if dev_sign_in_available(settings) and _dev_request(request) else "token"
-    return JSONResponse({"auth": auth}, headers={"Cache-Control": "no-store"})
+    return JSONResponse(sign_in_config(settings, request), headers={"Cache-Control": "no-store"})
 
 
 @router.post("/workbench/dev-token")

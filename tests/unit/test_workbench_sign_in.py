@@ -85,3 +85,36 @@ def test_supabase_auth_is_the_only_other_origin_the_page_may_call(tmp_path: Path
     csp = client(tmp_path, supabase_url=url).get("/").headers["content-security-policy"]
     assert "connect-src 'self' https://abcd.supabase.co;" in csp
     assert "script-src *" not in csp
+
+
+SUPABASE = {"supabase_url": "https://abcd.supabase.co", "supabase_anon_key": "anon-key-123"}
+
+
+def test_supabase_configured_means_supabase_sign_in_and_no_dev_token(tmp_path: Path) -> None:
+    c = client(tmp_path, **SUPABASE)
+    assert c.get("/workbench/config.json", headers=SAME_ORIGIN).json() == {
+        "auth": "supabase",
+        "supabaseUrl": "https://abcd.supabase.co",
+        "supabaseAnonKey": "anon-key-123",
+    }
+    assert c.post("/workbench/dev-token", headers=SAME_ORIGIN).status_code == 404
+
+
+def test_supabase_url_without_anon_key_keeps_the_other_modes(tmp_path: Path) -> None:
+    c = client(tmp_path, supabase_url="https://abcd.supabase.co", supabase_anon_key="  ")
+    assert c.get("/workbench/config.json", headers=SAME_ORIGIN).json() == {"auth": "dev"}
+    c = client(tmp_path, supabase_url="https://abcd.supabase.co", workbench_dev_sign_in=False)
+    assert c.get("/workbench/config.json", headers=SAME_ORIGIN).json() == {"auth": "token"}
+
+
+def test_an_anon_key_needs_the_project_url() -> None:
+    with pytest.raises(ValueError, match="SUPABASE_ANON_KEY needs SUPABASE_URL"):
+        Settings(supabase_anon_key="anon-key-123")
+
+
+def test_the_vendored_supabase_bundle_is_served() -> None:
+    from app.api.workbench import STATIC_DIR
+
+    vendor = STATIC_DIR / "vendor" / "supabase-js"
+    assert (vendor / "supabase.js").read_text().startswith("var supabase=")
+    assert "MIT License" in (vendor / "LICENSE").read_text()

@@ -1,8 +1,10 @@
 // The workbench's entry point: sign in, then mount the components. Each component owns one
 // region of index.html and talks to the others only through bus.js.
 import { signIn } from "./auth.js";
+import { Agents } from "./components/agents.js";
 import { Approvals } from "./components/approval.js";
 import { Chat } from "./components/chat.js";
+import { MemoryPanel } from "./components/memory.js";
 import { Plan } from "./components/plan.js";
 import { RunStatus } from "./components/run-status.js";
 import { mountTabs } from "./components/tabs.js";
@@ -16,6 +18,8 @@ async function main() {
     plan: new Plan(document.getElementById("plan")),
     approvals: new Approvals(document.getElementById("approvals")),
     chat: new Chat(document.getElementById("app")),
+    memory: new MemoryPanel(document.getElementById("memory-panel")),
+    agents: new Agents(document.getElementById("agent-picker"), document.getElementById("agent-panel")),
   };
   document.body.dataset.ready = "true";
 }
