@@ -3,6 +3,7 @@
 import { signIn } from "./auth.js";
 import { Chat } from "./components/chat.js";
 import { RunStatus } from "./components/run-status.js";
+import { SessionsPanel } from "./components/sessions.js";
 import { mountTabs } from "./components/tabs.js";
 
 async function main() {
@@ -11,8 +12,10 @@ async function main() {
   mountTabs(document.querySelector(".sidebar [role=tablist]"));
   window.workbench = {
     runStatus: new RunStatus(document.getElementById("run-status")),
+    sessions: new SessionsPanel(document.getElementById("sessions-panel")),
     chat: new Chat(document.getElementById("app")),
   };
+  window.workbench.chat.openFromUrl();  // a reload reopens its session (and resumes its run)
   document.body.dataset.ready = "true";
 }
 
