@@ -236,3 +236,46 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
         timeout=10,
     )
     assert r.json()["parentSessionKey"] == key
+
+
+@pytest.mark.parametrize("held", ["messages", "second session read"])
+def test_a_run_ending_while_the_page_reads_is_shown_once(stack: Stack, held: str) -> None:
+    """The page reads the session (its live run), then the transcript, then the session again.
+    Hold one of the later reads until the live run has ended: the run must still be shown
+    exactly once, completely."""
+    run = stack.post(SLOW, sessionKey="racy")
+    stack.wait_status(run["runId"], {"running"})
+    session_reads = 0
+
+    def hold(route) -> None:  # type: ignore[no-untyped-def]
+        nonlocal session_reads
+        is_messages = route.request.url.split("?")[0].endswith("/messages")
+        if not is_messages:
+            session_reads += 1
+        if (held == "messages" and is_messages) or (
+            held == "second session read" and not is_messages and session_reads == 2
+        ):
+            stack.wait_status(run["runId"], {"completed"}, timeout=30)
+        route.continue_()
+
+    with chromium_context() as browser:
+        page = browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+        page.add_init_script(
+            f"sessionStorage.setItem('agent-runtime.token', {json.dumps(stack.token())});"
+        )
+        page.route("**/api/agent-runtime/sessions/racy**", hold)
+        page.goto(f"{stack.base_url}/#session=racy")
+        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        messages = page.locator("#messages")
+        expect(messages.locator(".msg.assistant")).to_contain_text("Part B", timeout=30_000)
+        expect(messages.locator(".tool-card.completed")).to_have_count(4)
+        page.wait_for_timeout(1000)  # anything shown twice would be there by now
+        assert session_reads >= 2
+        expect(messages.locator(".msg.user")).to_have_count(1)
+        expect(messages.locator(".tool-card")).to_have_count(4)
+        expect(messages.locator(".msg.assistant")).to_have_count(1)
+        assert messages.locator("[data-run-end]").count() <= 1
+        assert messages.inner_text().count("read_file ok:") == 2
+    assert not [line for line in console if line.startswith("error")], console
