@@ -229,6 +229,16 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
         shot = Path(os.environ.get("WORKBENCH_SCREENSHOT") or SCREENSHOT)
         page.screenshot(path=str(shot), full_page=True)
 
+        # at phone width the panel stacks under the chat, its rows inside the screen
+        page.set_viewport_size({"width": 390, "height": 844})
+        row = session_row(page, key)
+        row.scroll_into_view_if_needed()
+        expect(row).to_be_visible()
+        box = row.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+        if phone := os.environ.get("WORKBENCH_PHONE_SCREENSHOT"):
+            page.screenshot(path=phone, full_page=True)
+
     # the API names the parent from the spawn row
     r = httpx.get(
         f"{stack.base_url}/api/agent-runtime/sessions/{quote(child_key)}",
