@@ -224,15 +224,23 @@ export class Chat {
     this.cancelButton.disabled = false;
     const run = { turn: null, thinking: null, tools: new Map(), userShown: inputShown };
     if (!inputShown) {
-      run.userSlot = this.addItem("user", "");
-      run.userSlot.hidden = true;  // until its stored input is found (a queued run has none yet)
+      // keeps the input's place until its stored row is found (a queued run has none yet)
+      run.userSlot = this.addItem("input-slot", "");
+      run.userSlot.hidden = true;
       if (input != null) this.fillInput(run, input);
     }
     this.runs.set(runId, run);
+    const generation = this.generation;
     try {
-      run.stop = await followRun(runId, (event) => this.onEvent(run, event));
+      const stop = await followRun(runId, (event) => {
+        if (generation === this.generation) this.onEvent(run, event);
+      });
+      if (generation === this.generation) run.stop = stop;
+      else stop();  // the session changed while connecting
     } catch (err) {
-      this.addItem("error", `Cannot follow the run: ${err.message}`);
+      if (generation === this.generation) {
+        this.addItem("error", `Cannot follow the run: ${err.message}`);
+      }
     }
   }
 
