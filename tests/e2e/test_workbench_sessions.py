@@ -214,6 +214,13 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
         assert child_key not in [r.get_attribute("data-session-key") for r in top.all()]
         # the child's outcome reaches the parent's conversation (a follow-up run)
         expect(page.locator("#messages")).to_contain_text("Noted:", timeout=30_000)
+        injected = page.locator("#messages .msg.injected")
+        expect(injected).to_have_count(1)
+        expect(injected).to_contain_text("From a sub-agent: [sub-agent counter completed")
+        page.wait_for_timeout(1000)
+        expect(injected).to_have_count(1)
+        expect(page.locator("#messages")).to_contain_text("Noted:")
+        assert page.locator("#messages").inner_text().count("Noted:") == 1
 
         # opening the child shows its own conversation
         child.click()
@@ -223,6 +230,7 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
 
         session_row(page, key).click()
         expect(page.locator("#messages .tool-card .tool-name")).to_have_text("sessions_spawn")
+        expect(page.locator("#messages .msg.injected")).to_have_count(1)
         expect(page.locator("#messages .msg.injected")).to_contain_text("From a sub-agent")
         expect(page.locator("#run-status")).to_contain_text("idle")
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
