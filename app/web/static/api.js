@@ -57,6 +57,7 @@ export const EVENT_TYPES = [
   "tool.completed", "tool.failed", "usage", "state.changed", "approval.required",
   "approval.resolved", "plan.created", "plan.updated", "plan.step", "plan.invalid",
   "context.compacting", "context.compacted", "context.compaction_failed", "memory.flushed",
+  "subagent.spawned", "subagent.completed", "message.injected", "run.interrupted",
   "run.completed", "run.failed", "run.cancelled",
 ];
 

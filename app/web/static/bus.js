@@ -5,7 +5,8 @@
 //   "run:event"       a run event (the SSE payload) of any run the page follows
 //   "run:followed"    {runId, sessionKey}: the chat started following a run
 //   "session:changed" {sessionKey, agentId}: the chat's session changed (null: a new one)
-//   "session:open"    {sessionKey}: ask the chat to open a stored session
+//   "session:open"    {sessionKey}: ask the chat to open a stored session (its history, then its
+//                     live run; the sessions panel emits it when a session is clicked)
 //   "session:new"     {}: ask the chat to start a new session
 //   "agent:selected"  {agentId}: the agent new sessions use (null: the tenant's default)
 //   "approvals:pending" {count}: how many tool approvals of the tenant wait (approval.js)

@@ -7,6 +7,7 @@ import { Chat } from "./components/chat.js";
 import { MemoryPanel } from "./components/memory.js";
 import { Plan } from "./components/plan.js";
 import { RunStatus } from "./components/run-status.js";
+import { SessionsPanel } from "./components/sessions.js";
 import { mountTabs } from "./components/tabs.js";
 
 async function main() {
@@ -15,12 +16,14 @@ async function main() {
   mountTabs(document.querySelector(".sidebar [role=tablist]"));
   window.workbench = {
     runStatus: new RunStatus(document.getElementById("run-status")),
+    sessions: new SessionsPanel(document.getElementById("sessions-panel")),
     plan: new Plan(document.getElementById("plan")),
     approvals: new Approvals(document.getElementById("approvals")),
     chat: new Chat(document.getElementById("app")),
     memory: new MemoryPanel(document.getElementById("memory-panel")),
     agents: new Agents(document.getElementById("agent-picker"), document.getElementById("agent-panel")),
   };
+  window.workbench.chat.openFromUrl();  // a reload reopens its session (and resumes its run)
   document.body.dataset.ready = "true";
 }
 

@@ -35,9 +35,9 @@ export class RunStatus {
     element.replaceChildren(this.line, this.tokens, this.contextRow, this.compactionsLine);
     this.reset();
     on("run:followed", ({ runId }) => this.start(runId));
-    on("session:changed", ({ sessionKey }) => {
-      if (!sessionKey) this.reset();
-    });
+    // another session (or a new one): its runs are followed anew (a stored run's stream may
+    // have been cut before its end)
+    on("session:changed", () => this.reset());
     on("run:event", (event) => {
       if (event.runId === this.runId) this.apply(event);
     });

@@ -206,3 +206,22 @@ export function finishToolCard(card, event) {
     card.appendChild(section("result", result, "tool-result"));
   }
 }
+
+/**
+ * A card for a call read back from the stored transcript (a session opened from the list): the
+ * assistant row's `call` ({id, name, args}) and its `tool_result` payload (null: none stored).
+ * `startedAt`/`endedAt` are the two rows' `createdAt`. Built by the same two functions as a live
+ * card, so both look alike.
+ */
+export function storedToolCard(call, result, startedAt, endedAt, sessionKey = null) {
+  const card = createToolCard({ toolCallId: call.id, name: call.name, args: call.args || {},
+                                ts: startedAt }, { sessionKey });
+  card.dataset.stored = "true";
+  if (result) {
+    finishToolCard(card, {
+      type: result.ok ? "tool.completed" : "tool.failed", toolCallId: call.id, name: call.name,
+      result: result.result, error: result.error, ts: endedAt,
+    });
+  }
+  return card;
+}
