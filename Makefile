@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 AI_SDK := tests/e2e/ai_sdk
 AI_SDK_STAMP := $(AI_SDK)/node_modules/.installed
 
-.PHONY: help setup sysdeps browser npmdeps vendor-supabase run test lint fmt bench clean distclean
+.PHONY: help setup sysdeps browser npmdeps vendor-supabase run test screenshots lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -85,6 +85,9 @@ run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_UR
 test: $(STAMP) sysdeps browser npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) -m "not serial" -n $(JOBS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest $(TESTS) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+screenshots: $(STAMP) sysdeps browser ## rerun the workbench's browser tests, saving their screenshots into docs/screenshots/
+	WORKBENCH_SCREENSHOTS=1 $(BIN)/pytest tests/e2e -k workbench -n $(JOBS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)
 	$(BIN)/ruff check .

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.e2e.browser_support import chromium_context
+from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -110,7 +110,7 @@ def test_a_gated_call_asks_every_tab_and_approving_runs_it(stack: Stack, tabs: T
     expect(modal).to_be_visible()
     expect(modal.locator(".approval-session")).to_have_text(re.compile(r"\S+"))
     SHOTS.mkdir(parents=True, exist_ok=True)
-    one.screenshot(path=str(SHOTS / "workbench-approval.png"))
+    save_screenshot(one, "workbench-approval.png")
 
     # at phone width the dialog fits the screen, its buttons within reach
     two.set_viewport_size({"width": 390, "height": 844})
@@ -138,7 +138,7 @@ def test_a_gated_call_asks_every_tab_and_approving_runs_it(stack: Stack, tabs: T
     assert got.value.suggested_filename == "out.txt"
     assert Path(got.value.path()).read_text() == "data"
     card.scroll_into_view_if_needed()
-    one.screenshot(path=str(SHOTS / "workbench-tool-card.png"), full_page=True)
+    save_screenshot(one, "workbench-tool-card.png", full_page=True)
 
     decided = api(stack, "GET", f"/approvals/{pending['approvalId']}")
     assert decided["status"] == "approved" and decided["decidedBy"] == "alice"
@@ -229,7 +229,7 @@ def test_a_plan_run_shows_its_steps_revision_and_progress(stack: Stack, tabs: Ta
     expect(earlier.locator("summary")).to_have_text("Earlier revisions (1)")
     earlier.locator("summary").click()
     expect(earlier.locator("li")).to_have_count(2)  # the first plan: read it, never reached
-    page.screenshot(path=str(SHOTS / "workbench-plan.png"), full_page=True)
+    save_screenshot(page, "workbench-plan.png", full_page=True)
 
     # a file a tool wrote downloads from the card
     card = page.locator(".tool-card", has_text="write_file")

@@ -4,19 +4,15 @@ offline model's answer stream in and the run complete; a tool call shows as a ca
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.browser_support import chromium_context
+from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "workbench-chat.png"
 
 
 def test_the_page_is_served_at_root_and_stays_out_of_the_api(stack: Stack) -> None:
@@ -69,7 +65,5 @@ def test_chat_streams_an_answer_and_a_tool_card(stack: Stack) -> None:
         expect(card.locator(".tool-name")).to_have_text("write_file")
         expect(page.locator("details.thinking").last).not_to_have_attribute("open", "")
 
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shot = Path(os.environ.get("WORKBENCH_SCREENSHOT") or SCREENSHOT)
-        page.screenshot(path=str(shot), full_page=True)
+        save_screenshot(page, "workbench-chat.png", full_page=True)
     assert not [line for line in console if line.startswith("error")], console

@@ -6,7 +6,6 @@ reasons; the "New agent" form creates a plan-mode agent that new sessions then u
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser_support import chromium_context
+from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -108,7 +107,7 @@ def test_memory_search_counts_and_forget(stack: Stack, wb: Workbench) -> None:
     expect(entries.first).to_contain_text("The staging database is called pluto.")
     expect(entries.first.locator(".memory-score")).to_be_visible()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    p.screenshot(path=str(SHOTS / "workbench-memory.png"))
+    save_screenshot(p, "workbench-memory.png")
 
     # forget it: a confirmation first (Cancel keeps it), then gone from the page and the API
     target = entries.filter(has_text="pluto")
@@ -198,7 +197,7 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     )
     expect(write.locator(".risk")).to_be_visible()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    p.screenshot(path=str(SHOTS / "workbench-agent.png"), full_page=True)
+    save_screenshot(p, "workbench-agent.png", full_page=True)
 
     # the memory panel follows the picked agent: only its entries
     p.get_by_role("tab", name="Memory").click()
@@ -232,8 +231,7 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     p.set_viewport_size({"width": 390, "height": 844})
     panel.scroll_into_view_if_needed()
     assert p.evaluate("document.documentElement.scrollWidth") <= 390
-    if os.environ.get("WORKBENCH_PHONE_SHOT"):
-        p.screenshot(path=os.environ["WORKBENCH_PHONE_SHOT"], full_page=True)
+    save_screenshot(p, "workbench-agent-phone.png", full_page=True)
     p.set_viewport_size({"width": 1280, "height": 900})
 
     # a name already taken: the form says why

@@ -5,22 +5,19 @@ and a sub-agent's session nested under its parent."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser_support import chromium_context
+from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "workbench-sessions.png"
 
 # four turns, the last three each started after a pause: the run lasts ~3.5 s, long enough to
 # reload the page in the middle of it; its answer has one line per file read
@@ -233,9 +230,7 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
         expect(page.locator("#messages .msg.injected")).to_have_count(1)
         expect(page.locator("#messages .msg.injected")).to_contain_text("From a sub-agent")
         expect(page.locator("#run-status")).to_contain_text("idle")
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shot = Path(os.environ.get("WORKBENCH_SCREENSHOT") or SCREENSHOT)
-        page.screenshot(path=str(shot), full_page=True)
+        save_screenshot(page, "workbench-sessions.png", full_page=True)
 
         # at phone width the panel stacks under the chat, its rows inside the screen
         page.set_viewport_size({"width": 390, "height": 844})
@@ -244,8 +239,7 @@ def test_a_sub_agent_session_is_nested_under_its_parent(stack: Stack) -> None:
         expect(row).to_be_visible()
         box = row.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
-        if phone := os.environ.get("WORKBENCH_PHONE_SCREENSHOT"):
-            page.screenshot(path=phone, full_page=True)
+        save_screenshot(page, "workbench-sessions-phone.png", full_page=True)
 
     # the API names the parent from the spawn row
     r = httpx.get(

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlencode
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.browser_support import CuttableProxy, chromium_context
+from tests.e2e.browser_support import CuttableProxy, chromium_context, save_screenshot
 from tests.e2e.conftest import Stack
 from tests.fakes.gotrue import GoTrueServer, User
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "workbench-sign-in.png"
 ANON_KEY = "anon-key-of-the-test-project"
 ALICE = User("alice@example.com", "correct horse battery staple")
 
@@ -69,7 +67,7 @@ def test_password_sign_in_a_message_and_sign_out(stack: Stack, gotrue: GoTrueSer
         expect(page.locator("body[data-ready=true]")).to_have_count(0)
         card.get_by_label("Email").fill(ALICE.email)
         expect(card.get_by_label("Email")).to_be_focused()
-        page.screenshot(path=str(SCREENSHOT))
+        save_screenshot(page, "workbench-sign-in.png")
 
         card.get_by_label("Password").fill("wrong password")
         card.get_by_role("button", name="Sign in").click()

@@ -54,7 +54,6 @@ export class Chat {
       }
     });
     this.cancelButton.addEventListener("click", () => this.cancel());
-    root.querySelector("#new-session").addEventListener("click", () => this.newSession());
     on("session:new", () => this.newSession());
     on("session:open", ({ sessionKey }) => this.open(sessionKey));
     on("session:changed", ({ sessionKey }) => {
