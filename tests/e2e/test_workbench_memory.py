@@ -239,3 +239,14 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     form.get_by_label("Name", exact=True).fill("researcher")
     form.get_by_role("button", name="Create agent").click()
     expect(form.get_by_role("alert")).to_contain_text("already exists")
+
+
+def test_the_memory_tab_is_up_to_date_when_opened(stack: Stack, wb: Workbench) -> None:
+    p = wb.page
+    p.get_by_role("tab", name="Memory").click()
+    panel = p.locator("#memory-panel")
+    expect(panel.locator(".memory-status")).to_contain_text("No memories yet")
+    p.get_by_role("tab", name="Sessions").click()
+    remember(stack, "Stored by another client while the tab was hidden.")
+    p.get_by_role("tab", name="Memory").click()  # no Refresh needed
+    expect(panel).to_contain_text("Stored by another client while the tab was hidden.")

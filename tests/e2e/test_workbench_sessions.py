@@ -291,3 +291,31 @@ def test_a_run_ending_while_the_page_reads_is_shown_once(stack: Stack, held: str
         assert messages.locator("[data-run-end]").count() <= 1
         assert messages.inner_text().count("read_file ok:") == 2
     assert not [line for line in console if line.startswith("error")], console
+
+
+def test_opening_a_session_shows_its_agent_in_the_picker(stack: Stack) -> None:
+    r = httpx.post(
+        f"{stack.base_url}/api/agent-runtime/agents",
+        headers=stack.headers(),
+        json={"name": "writer"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    writer = r.json()["id"]
+    done = stack.post("Hello writer", sessionKey="gamma", agentId=writer)
+    stack.wait_status(done["runId"], {"completed"})
+    done = stack.post("Hello default", sessionKey="delta")
+    stack.wait_status(done["runId"], {"completed"})
+
+    with workbench(stack) as (page, _console):
+        picker = page.get_by_role("combobox", name="Agent")
+        expect(picker).to_have_value("")
+        session_row(page, "gamma").click()
+        expect(picker).to_have_value(writer)
+        session_row(page, "delta").click()
+        expect(picker).to_have_value("")
+        # opened from the URL on load, before the agent list may have arrived
+        page.goto(f"{stack.base_url}/#session=gamma")
+        page.reload()
+        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        expect(picker).to_have_value(writer)

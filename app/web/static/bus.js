@@ -8,6 +8,8 @@
 //   "session:open"    {sessionKey}: ask the chat to open a stored session (its history, then its
 //                     live run; the sessions panel emits it when a session is clicked)
 //   "session:new"     {}: ask the chat to start a new session
+//   "session:agent"   {agentId}: the agent of the session the chat opened (its runs use it)
+//   "panel:shown"     {panelId}: a side panel (tab) was shown
 //   "agent:selected"  {agentId}: the agent new sessions use (null: the tenant's default)
 //   "approvals:pending" {count}: how many tool approvals of the tenant wait (approval.js)
 const handlers = new Map();

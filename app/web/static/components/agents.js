@@ -5,7 +5,7 @@
 // risk and approval rule of each tool (`GET /tools?agentId=`). A "New agent" form creates one
 // (`POST /agents`: name, mode chat/plan, model, system prompt) and picks it.
 import { call } from "../api.js";
-import { emit } from "../bus.js";
+import { emit, on } from "../bus.js";
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -31,6 +31,7 @@ export class Agents {
     this.select.title = "The agent of new sessions";
     picker.replaceChildren(label, this.select);
     this.select.addEventListener("change", () => this.pick(this.select.value || null));
+    on("session:agent", ({ agentId }) => this.follow(agentId));
 
     this.details = el("section", "agent-details");
     this.details.setAttribute("aria-label", "Agent settings");
@@ -61,6 +62,7 @@ export class Agents {
     const known = this.agents.some((a) => a.id === selectId && !a.isDefault);
     this.select.value = known ? selectId : "";
     await this.pick(known ? selectId : null, { announce: known });
+    if (this.pendingAgent) this.follow(this.pendingAgent);
   }
 
   async pick(agentId, { announce = true } = {}) {
@@ -70,6 +72,17 @@ export class Agents {
     if (announce) emit("agent:selected", { agentId });
     this.showDetails();
     await this.loadTools(agentId);
+  }
+
+  /** An opened session's agent: show it in the picker (new sessions then use it too). */
+  follow(agentId) {
+    const agent = this.agents.find((a) => a.id === agentId);
+    this.pendingAgent = agent ? null : agentId;  // the list may not be loaded yet
+    if (!agent) return;
+    const value = agent.isDefault ? "" : agent.id;
+    if (this.select.value === value) return;
+    this.select.value = value;
+    this.pick(value || null);
   }
 
   error(text) {

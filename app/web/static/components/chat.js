@@ -77,6 +77,7 @@ export class Chat {
     this.children.clear();
     this.generation += 1;
     this.sessionKey = sessionKey;
+    this.sessionAgentId = null;
     this.lastSeq = 0;
     this.currentRunId = null;
     this.pendingSteers = [];
@@ -120,8 +121,12 @@ export class Chat {
 
   async syncOnce(generation) {
     if (generation !== this.generation || !this.sessionKey) return;
-    const { rows, live } = await readSnapshot(this.sessionKey, this.lastSeq);
+    const { session, rows, live } = await readSnapshot(this.sessionKey, this.lastSeq);
     if (generation !== this.generation) return;
+    if (session.agentId !== this.sessionAgentId) {
+      this.sessionAgentId = session.agentId;
+      emit("session:agent", { agentId: session.agentId });
+    }
     const shown = [];
     const inputs = new Map();  // live run → its input (the run's first user-role row)
     for (const row of rows) {

@@ -80,6 +80,9 @@ export class MemoryPanel {
       this.agentId = agentId || null;
       this.load();
     });
+    on("panel:shown", ({ panelId }) => {
+      if (panelId === this.root.id && !this.query) this.load();
+    });
     // a run may have remembered something (/remember, memory tools, the pre-compaction flush)
     on("run:event", (event) => {
       if (["run.completed", "memory.flushed"].includes(event.type) && !this.query) this.load();

@@ -1,5 +1,7 @@
 // Tabs (the WAI-ARIA tabs pattern): click or arrow keys switch panels; only the active tab is in
-// the Tab order. Markup: a [role=tablist] of [role=tab][aria-controls] buttons.
+// the Tab order. Markup: a [role=tablist] of [role=tab][aria-controls] buttons. Showing a panel
+// emits "panel:shown" {panelId} on the bus, so a panel can bring itself up to date.
+import { emit } from "../bus.js";
 
 export function mountTabs(tablist) {
   const tabs = [...tablist.querySelectorAll("[role=tab]")];
@@ -11,6 +13,7 @@ export function mountTabs(tablist) {
       document.getElementById(t.getAttribute("aria-controls")).hidden = !active;
     }
     if (focus) tab.focus();
+    emit("panel:shown", { panelId: tab.getAttribute("aria-controls") });
   };
   tablist.addEventListener("click", (e) => {
     const tab = e.target.closest("[role=tab]");
