@@ -45,12 +45,10 @@ class Audit:
         self.failures: list[str] = []
         self.minor: dict[str, set[str]] = {}  # moderate/minor rule id -> the views it was seen in
 
-    def check(self, view: str, shot: str | None = None) -> None:
+    def check(self, view: str) -> None:
         for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
             self.page.set_viewport_size(size)
             self.page.wait_for_timeout(150)  # the layout settles
-            if shot:
-                save_screenshot(self.page, f"{shot}-{name}.png")
             if name == "phone":
                 width = self.page.evaluate("document.documentElement.scrollWidth")
                 if width > PHONE["width"]:
@@ -63,7 +61,7 @@ class Audit:
             if not self.page.evaluate("typeof window.axe === 'object'"):
                 self.page.add_script_tag(content=AXE.read_text())
             violations, unsure, passes = self.run_axe()
-            assert passes > 20, passes  # the checker ran
+            assert passes > 10, passes  # the checker ran
             for v in unsure:  # what axe could not decide (e.g. contrast over an image)
                 note = f"{view}: {v['targets']}"
                 self.minor.setdefault(f"{v['id']} (needs review)", set()).add(note)
@@ -139,13 +137,20 @@ def test_every_view_passes_the_axe_audit_at_both_widths(stack: Stack, page: Page
     expect(messages.locator(".tool-card")).to_have_count(1)
     expect(messages.locator(".msg.assistant strong")).to_have_text("bold")
     messages.locator(".tool-card details").first.evaluate("(d) => { d.open = true; }")
-    audit.check("conversation with a tool card and Markdown", shot="workbench-a11y")
+    audit.check("conversation with a tool card and Markdown")
 
     page.get_by_role("tab", name="Memory").click()
     expect(page.locator("#memory-panel .memory-entry")).to_have_count(2)
     audit.check("memory tab")
+    page.locator("#memory-panel .memory-forget").first.click()
+    confirm = page.locator("dialog.memory-confirm")
+    expect(confirm).to_be_visible()
+    audit.check("memory's forget dialog")
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
     page.get_by_role("tab", name="Agent").click()
     expect(page.locator("#agent-panel .tool-policy").first).to_be_visible()
+    page.locator("#agent-panel summary", has_text="New agent").click()
     audit.check("agent tab")
 
     # a plan-mode agent's run: the plan panel
@@ -167,6 +172,11 @@ def test_every_view_passes_the_axe_audit_at_both_widths(stack: Stack, page: Page
     modal = page.get_by_role("dialog", name="Approve write_file?")
     expect(modal).to_be_visible(timeout=20_000)
     audit.check("approval dialog")
+    modal.get_by_role("button", name="Later").click()
+    banner = page.get_by_role("region", name="Pending approvals")
+    expect(banner).to_be_visible()
+    audit.check("pending approvals banner")
+    banner.get_by_role("button", name="Review").click()
     modal.get_by_role("button", name="Approve").click()
     run_end(page)
 
@@ -338,8 +348,11 @@ def test_live_regions_announce_whole_answers_and_status_changes(stack: Stack, pa
 
 
 def test_at_phone_width_everything_fits_and_is_in_reach(stack: Stack, page: Page) -> None:
-    write = json.dumps({"path": "phone.md", "content": "# A long line " + "x" * 200})
-    run = stack.post(f"/tool write_file {write}\n/think pondering", sessionKey="phone")
+    write = json.dumps({"path": "list.md", "content": "# Shopping\n\n- milk\n- tea"})
+    for text in (f"/tool write_file {write}", "What is on the **list**?"):
+        stack.wait_status(stack.post(text, sessionKey="phone")["runId"], {"completed"})
+    wide = json.dumps({"path": "wide.md", "content": "A long word " + "x" * 200})
+    run = stack.post(f"/tool write_file {wide}", sessionKey="wide")
     stack.wait_status(run["runId"], {"completed"})
     api(stack, "POST", "/memory", {"content": "A fact with a long word " + "y" * 120})
     page.set_viewport_size(PHONE)
@@ -373,6 +386,17 @@ def test_at_phone_width_everything_fits_and_is_in_reach(stack: Stack, page: Page
             expect(panel).to_be_visible()
             panel.scroll_into_view_if_needed()
             fits()
+            if label == "Memory":
+                expect(panel.locator(".memory-entry")).to_have_count(1)
+                save_screenshot(page, "workbench-phone-memory.png")
+    # a session with a long unbroken word wraps it
+    nav.get_by_role("button", name="Sessions").click()
+    page.locator('.session-row[data-session-key="wide"]').click()
+    expect(page.locator("#messages .tool-card")).to_have_count(1)
+    page.locator("#messages .tool-card summary").first.click()
+    fits()
+    nav.get_by_role("button", name="Chat").click()
+
     # the composer and Send are on screen once in the chat, and a message goes out from there
     expect(page.get_by_role("button", name="Send")).to_be_in_viewport()
     page.keyboard.type("From the phone")

@@ -20,7 +20,8 @@ export class PhoneNav {
       button.textContent = label;
       button.addEventListener("click", () => {
         const element = target();
-        element.scrollIntoView({ block: "center" });
+        // the message box at the bottom, under its conversation; a panel from its top
+        element.scrollIntoView({ block: label === "Chat" ? "end" : "start" });
         element.focus({ preventScroll: true });
       });
       return button;
