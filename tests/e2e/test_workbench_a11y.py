@@ -176,6 +176,27 @@ def test_every_view_passes_the_axe_audit_at_both_widths(stack: Stack, page: Page
     banner = page.get_by_role("region", name="Pending approvals")
     expect(banner).to_be_visible()
     audit.check("pending approvals banner")
+    # at phone width the banner leaves the message box and Send uncovered
+    page.set_viewport_size(PHONE)
+    page.get_by_role("navigation", name="Jump to").get_by_role("button", name="Chat").click()
+    # a long conversation: the composer sticks to the bottom of the screen
+    page.evaluate(
+        """() => { const li = document.createElement('li');
+                   li.className = 'msg note'; li.style.height = '2000px';
+                   document.getElementById('messages').prepend(li); }"""
+    )
+    page.evaluate("window.scrollTo(0, 600)")
+    for target in ("#send", "#message"):
+        covered = page.evaluate(
+            """(sel) => { const e = document.querySelector(sel), r = e.getBoundingClientRect();
+                 return !e.contains(document.elementFromPoint(r.x + r.width / 2,
+                                                              r.y + r.height / 2)); }""",
+            target,
+        )
+        assert not covered, f"{target} is covered at phone width"
+    expect(banner).to_be_in_viewport()
+    page.evaluate("document.querySelector('#messages > li').remove()")
+    page.set_viewport_size(DESKTOP)
     banner.get_by_role("button", name="Review").click()
     modal.get_by_role("button", name="Approve").click()
     run_end(page)
