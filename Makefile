@@ -51,16 +51,18 @@ browser: ## install chromium from the distribution when missing (as root with ap
 	    echo "warning: chromium is not installed: tests/e2e/test_browser_stream.py will fail"; \
 	  fi; }
 
-# The AI SDK client the chat end-to-end tests drive (tests/e2e/test_ai_sdk_chat.py), pinned by its
-# package-lock.json; installed into the ignored node_modules only when the lock file changes.
+# The npm test clients, pinned by one package-lock.json: the AI SDK client the chat end-to-end
+# tests drive (tests/e2e/test_ai_sdk_chat.py) and axe-core, the accessibility checker the
+# workbench's audit injects (tests/e2e/test_workbench_a11y.py); installed into the ignored
+# node_modules only when the lock file changes.
 $(AI_SDK_STAMP): $(AI_SDK)/package-lock.json $(AI_SDK)/package.json
-	@echo "installing the AI SDK test client into $(AI_SDK)/node_modules (only when its lock changes)…"
+	@echo "installing the npm test clients (ai, axe-core) into $(AI_SDK)/node_modules (only when its lock changes)…"
 	npm ci --prefix $(AI_SDK) --no-audit --no-fund --loglevel=error
 	touch $(AI_SDK_STAMP)
 
-npmdeps: ## install the npm test client (the `ai` package) when node/npm are present
+npmdeps: ## install the npm test clients (`ai`, `axe-core`) when node/npm are present
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(AI_SDK_STAMP); \
-	else echo "warning: npm is not installed: the AI SDK end-to-end tests will be skipped"; fi
+	else echo "warning: npm is not installed: the AI SDK and axe audit tests will be skipped"; fi
 
 # The workbench's Supabase sign-in loads the browser build of @supabase/supabase-js, committed in
 # app/web/static/vendor/supabase-js/ (so `make run` and the Docker image need no Node). This

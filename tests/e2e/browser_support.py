@@ -158,8 +158,9 @@ class CuttableProxy:
 
 
 @contextlib.contextmanager
-def chromium_context() -> Iterator[Any]:
-    """A fresh headless Chromium profile (Playwright persistent context over /usr/bin/chromium)."""
+def chromium_context(*, bypass_csp: bool = False) -> Iterator[Any]:
+    """A fresh headless Chromium profile (Playwright persistent context over /usr/bin/chromium).
+    `bypass_csp` lets a test inject its own script (an accessibility checker) into the page."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser` as root"
@@ -172,6 +173,7 @@ def chromium_context() -> Iterator[Any]:
                 headless=True,
                 args=CHROMIUM_ARGS,
                 viewport={"width": 1100, "height": 900},
+                bypass_csp=bypass_csp,
             )
             try:
                 yield context

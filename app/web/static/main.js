@@ -8,14 +8,23 @@ import { MemoryPanel } from "./components/memory.js";
 import { Plan } from "./components/plan.js";
 import { RunStatus } from "./components/run-status.js";
 import { SessionsPanel } from "./components/sessions.js";
+import { PhoneNav } from "./components/phone-nav.js";
 import { mountTabs } from "./components/tabs.js";
+
+// The skip link focuses the message box without touching the URL (its hash names the session).
+document.querySelector(".skip-link").addEventListener("click", (e) => {
+  e.preventDefault();
+  document.getElementById("message").focus();
+});
 
 async function main() {
   const signedIn = await signIn(document.getElementById("signin"));
   if (!signedIn) return;
-  mountTabs(document.querySelector(".sidebar [role=tablist]"));
+  const tabs = mountTabs(document.querySelector(".sidebar [role=tablist]"));
   window.workbench = {
-    runStatus: new RunStatus(document.getElementById("run-status")),
+    phoneNav: new PhoneNav(document.getElementById("phone-nav"), tabs),
+    runStatus: new RunStatus(document.getElementById("run-status"),
+                             document.getElementById("run-announce")),
     sessions: new SessionsPanel(document.getElementById("sessions-panel")),
     plan: new Plan(document.getElementById("plan")),
     approvals: new Approvals(document.getElementById("approvals")),

@@ -9,6 +9,7 @@
 // banner with a button to come back.
 import { ApiError, call, runStatus } from "../api.js";
 import { emit, on } from "../bus.js";
+import { trapFocus } from "./focus-trap.js";
 
 const POLL_MS = 2000;
 const NOTE_MS = 6000;
@@ -126,6 +127,7 @@ export class Approvals {
       this.error,
       el("div", { class: "approval-actions" }, this.laterButton, this.denyButton, this.approveButton),
     );
+    trapFocus(this.dialog);
     this.approveButton.addEventListener("click", () => this.decide("approve"));
     this.denyButton.addEventListener("click", () => this.decide("deny"));
     this.laterButton.addEventListener("click", () => this.later());
@@ -267,7 +269,7 @@ export class Approvals {
     const program = PROGRAMS[a.tool];
     const what = [];
     if (program && typeof a.args?.[program] === "string") {
-      what.push(el("pre", { class: "approval-program", "aria-label": program, text: a.args[program] }));
+      what.push(el("pre", { class: "approval-program", role: "group", "aria-label": program, text: a.args[program] }));
       const others = { ...a.args };
       delete others[program];
       if (Object.keys(others).length) {
@@ -275,7 +277,7 @@ export class Approvals {
                   el("pre", { class: "approval-args", text: pretty(others) }));
       }
     } else {
-      what.push(el("pre", { class: "approval-args", "aria-label": "arguments", text: pretty(a.args) }));
+      what.push(el("pre", { class: "approval-args", role: "group", "aria-label": "arguments", text: pretty(a.args) }));
     }
     this.what.replaceChildren(...what);
     this.trust.value = "0";

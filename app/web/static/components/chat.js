@@ -278,6 +278,7 @@ export class Chat {
       case "assistant.message":
         // the turn's whole text: render it as Markdown, then the next turn starts afresh
         if (event.text) this.turn(run).finish(event.text);
+        run.thinking?.finish();
         run.turn = run.thinking = null;
         break;
       case "approval.required":
@@ -327,6 +328,7 @@ export class Chat {
 
   ended(run, event, text) {
     run.turn?.finish();
+    run.thinking?.finish();
     for (const card of run.tools.values()) abandonToolCard(card, `run ${text}`);
     this.addItem("note", `Run ${text}`).dataset.runEnd = event.type;
     if (event.runId === this.currentRunId) this.cancelButton.disabled = true;
@@ -356,7 +358,12 @@ export class Chat {
       details.append(summary, body);
       const li = this.addItem("thinking", "");
       li.appendChild(details);
-      run.thinking = { append: (text) => body.append(text), remove: () => li.remove() };
+      li.setAttribute("aria-busy", "true");  // read once whole, not delta by delta
+      run.thinking = {
+        append: (text) => body.append(text),
+        remove: () => li.remove(),
+        finish: () => li.removeAttribute("aria-busy"),
+      };
     }
     return run.thinking;
   }

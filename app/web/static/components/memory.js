@@ -6,6 +6,7 @@
 // covers that agent's entries plus the shared ones (the API's own filters).
 import { call } from "../api.js";
 import { on } from "../bus.js";
+import { trapFocus } from "./focus-trap.js";
 
 const PAGE = 20;
 
@@ -200,6 +201,7 @@ export class MemoryPanel {
     ok.value = "forget";
     form.append(cancel, ok);
     dialog.append(title, this.confirmText, note, form);
+    trapFocus(dialog);
     return dialog;
   }
 

@@ -1,6 +1,8 @@
 // The current run at a glance: its status, the loop's state (`state.changed`, as the state
 // machine reports it), the tokens used so far, how full the context window is (a meter) and how
-// often the context was compacted. Live from the run's events; the window and the counts the
+// often the context was compacted. The panel itself is not a live region (its counters change
+// with every model call); a screen reader hears the run's status once per change, from the
+// hidden `#run-announce` status line. Live from the run's events; the window and the counts the
 // events do not carry come from `GET /status` (its `context` field), re-read after a model call.
 import { runStatus } from "../api.js";
 import { on } from "../bus.js";
@@ -22,8 +24,10 @@ function el(tag, props = {}, ...children) {
 const number = (n) => Number(n).toLocaleString("en");
 
 export class RunStatus {
-  constructor(element) {
+  constructor(element, announcer = null) {
     this.element = element;
+    this.announcer = announcer;
+    this.announced = null;
     this.line = el("p", { class: "run-line" });
     this.tokens = el("p", { class: "run-tokens" });
     this.meter = el("meter", { id: "context-meter", min: "0", max: "1", value: "0" });
@@ -132,6 +136,15 @@ export class RunStatus {
     this.compactionsLine.textContent = compactions
       ? `compactions: ${compactions}` : "";
     this.element.dataset.status = this.status;
+    this.announce();
     this.element.dataset.compactions = String(compactions);
+  }
+
+  /** Tell a screen reader the run's status when it changes (not its state, tokens, meter). */
+  announce() {
+    if (!this.announcer || this.status === this.announced) return;
+    this.announced = this.status;
+    // "idle" is no news (a session was opened): clear the line quietly
+    this.announcer.textContent = this.status === "idle" ? "" : `Run ${this.status}`;
   }
 }
