@@ -15,9 +15,12 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, stack_per_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+# one API + workers for the module; each test is a user (and tenant) of its own
+stack = pytest.fixture(stack_per_user)
 
 AXE = Path(__file__).resolve().parent / "ai_sdk" / "node_modules" / "axe-core" / "axe.min.js"
 DESKTOP = {"width": 1280, "height": 900}

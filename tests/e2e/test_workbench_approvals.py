@@ -17,9 +17,12 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, stack_per_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+# one API + workers for the module; each test is a user (and tenant) of its own
+stack = pytest.fixture(stack_per_user)
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 COMMAND = "echo hi; echo oops >&2; printf data > out.txt"
@@ -39,7 +42,7 @@ def api(stack: Stack, method: str, path: str, body: Any = None, **params: Any) -
 
 
 class Tabs:
-    """Pages of one browser signed in as alice; collects every console line."""
+    """Pages of one browser signed in as the test's user; collects every console line."""
 
     def __init__(self, browser: Any, stack: Stack) -> None:
         self.browser = browser
@@ -123,7 +126,7 @@ def test_a_gated_call_asks_every_tab_and_approving_runs_it(stack: Stack, tabs: T
     expect(modal).to_be_hidden()
     # the other tab closes its dialog too, and says why
     expect(dialog(two, "run_shell")).to_be_hidden(timeout=10_000)
-    expect(two.locator(".approval-note")).to_contain_text("approved by alice")
+    expect(two.locator(".approval-note")).to_contain_text(f"approved by {stack.user}")
 
     wait_run_end(one, stack)
     card = one.locator(".tool-card").last
@@ -141,7 +144,7 @@ def test_a_gated_call_asks_every_tab_and_approving_runs_it(stack: Stack, tabs: T
     save_screenshot(one, "workbench-tool-card.png", full_page=True)
 
     decided = api(stack, "GET", f"/approvals/{pending['approvalId']}")
-    assert decided["status"] == "approved" and decided["decidedBy"] == "alice"
+    assert decided["status"] == "approved" and decided["decidedBy"] == stack.user
     assert decided["trustSeconds"] == 300
     assert not tabs.errors(), tabs.console
 
@@ -169,7 +172,7 @@ def test_approvals_queue_up_deny_anywhere_and_decided_elsewhere(stack: Stack, ta
         modal = dialog(page, "write_file")
         expect(modal.locator(".approval-args")).to_contain_text('"b.txt"', timeout=10_000)
         expect(modal.locator(".approval-position")).to_have_text("")
-    expect(one.locator(".approval-note")).to_contain_text("denied by alice")
+    expect(one.locator(".approval-note")).to_contain_text(f"denied by {stack.user}")
     wait_run_end(one, stack)
     expect(one.locator(".tool-card").last).to_have_class(re.compile(r"\bfailed\b"))
 
@@ -276,7 +279,9 @@ def test_cancel_stops_a_running_run(stack: Stack, tabs: Tabs) -> None:
     cancel.click()
     wait_run_end(page, stack, "run.cancelled", count=2)
     expect(page.get_by_role("region", name="Pending approvals")).to_be_hidden()
-    expect(page.locator(".approval-note").last).to_contain_text("expired (run cancelled by alice)")
+    expect(page.locator(".approval-note").last).to_contain_text(
+        f"expired (run cancelled by {stack.user})"
+    )
     card = page.locator(".tool-card").last
     expect(card).to_have_class(re.compile(r"\bfailed\b"))
     expect(card.locator(".tool-state")).to_have_text(re.compile(r"not finished: run cancelled"))

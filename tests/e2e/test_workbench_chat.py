@@ -10,9 +10,12 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, stack_per_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+# one API + workers for the module; each test is a user (and tenant) of its own
+stack = pytest.fixture(stack_per_user)
 
 
 def test_the_page_is_served_at_root_and_stays_out_of_the_api(stack: Stack) -> None:

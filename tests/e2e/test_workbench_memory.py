@@ -17,15 +17,18 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, stack_per_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+# one API + workers for the module; each test is a user (and tenant) of its own
+stack = pytest.fixture(stack_per_user)
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 API = "/api/agent-runtime"
 
 
-def api(stack: Stack, method: str, path: str, user: str = "alice", **kwargs: Any) -> Any:
+def api(stack: Stack, method: str, path: str, user: str | None = None, **kwargs: Any) -> Any:
     r = httpx.request(
         method, f"{stack.base_url}{API}{path}", headers=stack.headers(user), timeout=10, **kwargs
     )
@@ -59,7 +62,7 @@ class Workbench:
 
 @pytest.fixture
 def wb(stack: Stack) -> Iterator[Workbench]:
-    """The workbench signed in as alice at 1280 px; no unexpected console error at the end."""
+    """The workbench signed in as the test's user at 1280 px; no unexpected console error at the end."""
     with chromium_context() as browser:
         page = browser.new_page()
         page.set_viewport_size({"width": 1280, "height": 900})
