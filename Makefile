@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 AI_SDK := tests/e2e/ai_sdk
 AI_SDK_STAMP := $(AI_SDK)/node_modules/.installed
 
-.PHONY: help setup sysdeps browser npmdeps run test lint fmt bench clean distclean
+.PHONY: help setup sysdeps browser npmdeps vendor-supabase run test screenshots lint fmt bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -51,16 +51,33 @@ browser: ## install chromium from the distribution when missing (as root with ap
 	    echo "warning: chromium is not installed: tests/e2e/test_browser_stream.py will fail"; \
 	  fi; }
 
-# The AI SDK client the chat end-to-end tests drive (tests/e2e/test_ai_sdk_chat.py), pinned by its
-# package-lock.json; installed into the ignored node_modules only when the lock file changes.
+# The npm test clients, pinned by one package-lock.json: the AI SDK client the chat end-to-end
+# tests drive (tests/e2e/test_ai_sdk_chat.py) and axe-core, the accessibility checker the
+# workbench's audit injects (tests/e2e/test_workbench_a11y.py); installed into the ignored
+# node_modules only when the lock file changes.
 $(AI_SDK_STAMP): $(AI_SDK)/package-lock.json $(AI_SDK)/package.json
-	@echo "installing the AI SDK test client into $(AI_SDK)/node_modules (only when its lock changes)…"
+	@echo "installing the npm test clients (ai, axe-core) into $(AI_SDK)/node_modules (only when its lock changes)…"
 	npm ci --prefix $(AI_SDK) --no-audit --no-fund --loglevel=error
 	touch $(AI_SDK_STAMP)
 
-npmdeps: ## install the npm test client (the `ai` package) when node/npm are present
+npmdeps: ## install the npm test clients (`ai`, `axe-core`) when node/npm are present
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(AI_SDK_STAMP); \
-	else echo "warning: npm is not installed: the AI SDK end-to-end tests will be skipped"; fi
+	else echo "warning: npm is not installed: the AI SDK and axe audit tests will be skipped"; fi
+
+# The workbench's Supabase sign-in loads the browser build of @supabase/supabase-js, committed in
+# app/web/static/vendor/supabase-js/ (so `make run` and the Docker image need no Node). This
+# refreshes it from the npm registry, checking the tarball against the registry's integrity.
+SUPABASE_JS_VERSION ?= 2.119.1
+SUPABASE_JS_DIR := app/web/static/vendor/supabase-js
+vendor-supabase: ## refresh the vendored @supabase/supabase-js browser bundle (SUPABASE_JS_VERSION=…)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	tgz=$$(cd "$$tmp" && npm pack --silent @supabase/supabase-js@$(SUPABASE_JS_VERSION)); \
+	want=$$(npm view @supabase/supabase-js@$(SUPABASE_JS_VERSION) dist.integrity); \
+	got="sha512-$$(openssl dgst -sha512 -binary "$$tmp/$$tgz" | base64 -w0)"; \
+	[ "$$want" = "$$got" ] || { echo "integrity mismatch: $$got != $$want"; exit 1; }; \
+	tar xzf "$$tmp/$$tgz" -C "$$tmp"; \
+	cp "$$tmp/package/dist/umd/supabase.js" "$$tmp/package/LICENSE" $(SUPABASE_JS_DIR)/; \
+	echo "vendored @supabase/supabase-js $(SUPABASE_JS_VERSION) ($$got): update $(SUPABASE_JS_DIR)/README.md"
 
 run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_URL is unset); PORT=… to move
 	$(BIN)/agent-runtime serve $(if $(PORT),--port $(PORT))
@@ -70,6 +87,9 @@ run: $(STAMP) sysdeps ## serve API + workers (+ embedded Postgres if DATABASE_UR
 test: $(STAMP) sysdeps browser npmdeps ## the whole test suite (embedded Postgres, or DATABASE_URL if set); TESTS=… to narrow
 	$(BIN)/pytest $(TESTS) -m "not serial" -n $(JOBS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest $(TESTS) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+screenshots: $(STAMP) sysdeps browser ## rerun the workbench's browser tests, saving their screenshots into docs/screenshots/
+	WORKBENCH_SCREENSHOTS=1 $(BIN)/pytest tests/e2e -k workbench -n $(JOBS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict, import contracts (lint-imports)
 	$(BIN)/ruff check .

@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         "asymmetric access tokens (ES256, RS256, EdDSA), verified with the keys of its JWKS; "
         "`iss` must be `{SUPABASE_URL}/auth/v1`.",
     )
+    supabase_anon_key: str | None = Field(
+        default=None,
+        description="The Supabase project's public anon key (safe in browsers). With "
+        "SUPABASE_URL, the workbench page at `/` signs in with Supabase Auth (email + password "
+        "or a magic link) and uses the session's access token.",
+    )
     supabase_jwks_url: str | None = Field(
         default=None,
         description="JWKS to fetch the signing keys from instead of "
@@ -93,6 +99,13 @@ class Settings(BaseSettings):
         description="Also allow any `http://localhost:<port>` and `http://127.0.0.1:<port>` "
         "origin (local frontend dev servers). `serve` turns it on for its API on the embedded "
         "database when CORS_ORIGINS is unset.",
+    )
+    workbench_dev_sign_in: bool = Field(
+        default=False,
+        description="Let the workbench page at `/` sign in as the dev user by itself. `serve` "
+        "turns it on for its API on the embedded database with a generated secret; it only "
+        "takes effect when the JWT secret in use is the generated one in AGENT_RUNTIME_DATA_DIR "
+        "and HOST is a loopback address (see `app/api/workbench.py`).",
     )
     default_model: str = Field(
         default="offline",
@@ -434,6 +447,14 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not an http(s) URL")
         return url
 
+    @field_validator("supabase_anon_key", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """An empty or blank value means unset."""
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _origins(cls, value: object) -> object:
@@ -455,6 +476,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SUPABASE_JWKS_URL needs SUPABASE_URL (tokens' `iss` must be {SUPABASE_URL}/auth/v1)"
             )
+        if self.supabase_anon_key and not self.supabase_url:
+            raise ValueError("SUPABASE_ANON_KEY needs SUPABASE_URL (the project it belongs to)")
         return self
 
     def supabase_issuer(self) -> str | None:

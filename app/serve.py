@@ -318,6 +318,9 @@ def child_env(
     }
     if localhost_cors_by_default(settings, embedded=embedded):
         env["CORS_ALLOW_LOCALHOST"] = "true"
+    if embedded and not settings.supabase_jwt_secret and "WORKBENCH_DEV_SIGN_IN" not in os.environ:
+        # the workbench page signs in as the dev user by itself (app/api/workbench.py says when)
+        env["WORKBENCH_DEV_SIGN_IN"] = "true"
     return env
 
 
@@ -417,6 +420,7 @@ def banner(
     lines = [
         "",
         f"agent-runtime is serving on {api}  (API docs: {api}/docs)",
+        f"  workbench: {api}/  (watch and steer agents in the browser)",
         f"  database: {db}",
         f"  workers:  {settings.workers}",
     ]

@@ -89,9 +89,8 @@ def template_url(server_url: str) -> str:
     return url
 
 
-@pytest.fixture
-def db_url(server_url: str, template_url: str) -> Iterator[str]:
-    """URL of a fresh, migrated database for this test only."""
+def _fresh_database(server_url: str) -> Iterator[str]:
+    """A database cloned from the migrated template; its stored events checked, then dropped."""
     name = f"t_{uuid.uuid4().hex[:16]}"
     with _admin_conn(server_url) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
@@ -102,6 +101,19 @@ def db_url(server_url: str, template_url: str) -> Iterator[str]:
     finally:
         with _admin_conn(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    """URL of a fresh, migrated database for this test only."""
+    yield from _fresh_database(server_url)
+
+
+@pytest.fixture(scope="module")
+def module_db_url(server_url: str, template_url: str) -> Iterator[str]:
+    """URL of a fresh, migrated database shared by the tests of one module (each test then
+    keeps to its own tenant: see `shared_stack` in tests/e2e/conftest.py)."""
+    yield from _fresh_database(server_url)
 
 
 def check_stored_events(url: str) -> None:

@@ -31,6 +31,7 @@ from app.api.routes import (
     tools,
 )
 from app.api.schemas import ErrorResponse, error_responses
+from app.api.workbench import install_workbench
 from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
@@ -122,6 +123,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         app.include_router(module.router)
     _document_auth_unavailable(files.router)
     app.include_router(files.router)  # raw-byte uploads: documents its own body errors
+    install_workbench(app)  # the page at `/` (not in the OpenAPI document)
     return app
 
 

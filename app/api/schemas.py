@@ -241,6 +241,15 @@ class SessionInfo(ApiModel):
         "them (null before the first call)."
     )
     compactions: int = Field(description="How often the session's context was compacted.")
+    parent_session_key: str | None = Field(
+        description="The session whose run spawned this one as a sub-agent (`sessions_spawn`); "
+        "null for a top-level session."
+    )
+    live_run_id: UUID | None = Field(
+        description="The session's active run (running, parked awaiting an approval or waiting, "
+        "else the first queued one); null when idle. Follow it with `GET /stream` to resume "
+        "watching a run."
+    )
 
 
 class SessionPage(ApiModel):

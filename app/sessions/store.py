@@ -5,7 +5,11 @@ security confines the queries to the caller's tenant, so another tenant's sessio
 not exist here.
 
 Sessions are listed most recently active first (`updated_at`, bumped by every new run), with a
-keyset cursor on `(updated_at, id)` — stable under inserts, unlike offsets.
+keyset cursor on `(updated_at, id)` — stable under inserts, unlike offsets. A search narrows the
+listing (a substring of the key or title) and keeps the same order and cursor.
+
+`describe_sessions` adds what a listing shows beside each row: the sub-agent parent it was
+spawned from (read from the `subagent_spawns` rows, never from the key's text) and its live run.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-from sqlalchemy import Select, select, tuple_
+from sqlalchemy import Select, or_, select, tuple_
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
-from app.db.models import AgentSession, ContextSnapshot, Run, SessionMessage
+from app.db.models import AgentSession, ContextSnapshot, Run, SessionMessage, SubagentSpawn
+
+LIKE_ESCAPE = "\\"
 
 
 class InvalidCursorError(ValueError):
@@ -62,18 +70,38 @@ def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, its own `%`, `_` and `\\` taken literally."""
+    escaped = (
+        text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2)
+        .replace("%", LIKE_ESCAPE + "%")
+        .replace("_", LIKE_ESCAPE + "_")
+    )
+    return f"%{escaped}%"
+
+
 async def list_sessions(
     session: AsyncSession,
     *,
     limit: int,
     before: SessionCursor | None = None,
     user_id: str | None = None,
+    search: str | None = None,
 ) -> list[AgentSession]:
     """Up to `limit` sessions, most recently active first, older than `before` if given (only
-    `user_id`'s when given)."""
+    `user_id`'s when given; only those whose key or title contains `search`, ignoring case,
+    when given)."""
     stmt: Select[tuple[AgentSession]] = select(AgentSession)
     if user_id is not None:
         stmt = stmt.where(AgentSession.user_id == user_id)
+    if search:
+        pattern = like_pattern(search)
+        stmt = stmt.where(
+            or_(
+                AgentSession.session_key.ilike(pattern, escape=LIKE_ESCAPE),
+                AgentSession.title.ilike(pattern, escape=LIKE_ESCAPE),
+            )
+        )
     if before is not None:
         if before.id is None:
             stmt = stmt.where(AgentSession.updated_at < before.updated_at)
@@ -123,6 +151,44 @@ async def list_compactions(
 
 
 ACTIVE_STATUSES = ("queued", "running", "awaiting_approval", "waiting")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionListing:
+    """A session with what a listing shows beside it."""
+
+    session: AgentSession
+    parent_session_key: str | None
+    """The session whose run spawned this one as a sub-agent (None for a top-level session)."""
+    live_run_id: UUID | None
+    """Its active run (as `active_run_id` picks it), None when idle."""
+
+
+async def describe_sessions(
+    session: AsyncSession, rows: list[AgentSession]
+) -> list[SessionListing]:
+    """`rows` in the same order, each with its sub-agent parent and live run (two queries for
+    the whole page)."""
+    ids = [r.id for r in rows]
+    if not ids:
+        return []
+    parent = aliased(AgentSession)
+    parents = await session.execute(
+        select(SubagentSpawn.child_session_id, parent.session_key)
+        .join(parent, parent.id == SubagentSpawn.parent_session_id)
+        .where(SubagentSpawn.child_session_id.in_(ids))
+        .order_by(SubagentSpawn.child_session_id, SubagentSpawn.created_at)
+        .ext(distinct_on(SubagentSpawn.child_session_id))
+    )
+    parent_of: dict[UUID | None, str] = {child: key for child, key in parents}
+    live = await session.execute(
+        select(Run.session_id, Run.id)
+        .where(Run.session_id.in_(ids), Run.status.in_(ACTIVE_STATUSES))
+        .order_by(Run.session_id, (Run.status == "queued").asc(), Run.queue_seq)
+        .ext(distinct_on(Run.session_id))
+    )
+    live_of: dict[UUID, UUID] = {sid: rid for sid, rid in live}
+    return [SessionListing(r, parent_of.get(r.id), live_of.get(r.id)) for r in rows]
 
 
 async def active_run_id(session: AsyncSession, session_key: str) -> UUID | None:

@@ -158,8 +158,9 @@ class CuttableProxy:
 
 
 @contextlib.contextmanager
-def chromium_context() -> Iterator[Any]:
-    """A fresh headless Chromium profile (Playwright persistent context over /usr/bin/chromium)."""
+def chromium_context(*, bypass_csp: bool = False) -> Iterator[Any]:
+    """A fresh headless Chromium profile (Playwright persistent context over /usr/bin/chromium).
+    `bypass_csp` lets a test inject its own script (an accessibility checker) into the page."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser` as root"
@@ -172,6 +173,7 @@ def chromium_context() -> Iterator[Any]:
                 headless=True,
                 args=CHROMIUM_ARGS,
                 viewport={"width": 1100, "height": 900},
+                bypass_csp=bypass_csp,
             )
             try:
                 yield context
@@ -179,3 +181,20 @@ def chromium_context() -> Iterator[Any]:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+DOC_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+_scratch_shots = Path(tempfile.mkdtemp(prefix="workbench-shots-"))
+
+
+def save_screenshot(page: Any, name: str, *, full_page: bool = False) -> Path:
+    """Screenshot `page` as `name` (e.g. `workbench-plan.png`). Into `docs/screenshots/` only
+    with WORKBENCH_SCREENSHOTS=1 (`make screenshots`), else into a scratch folder, so a test run
+    leaves the working tree as it was; either way the page is rendered and captured."""
+    import os
+
+    folder = DOC_SCREENSHOTS if os.environ.get("WORKBENCH_SCREENSHOTS") == "1" else _scratch_shots
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

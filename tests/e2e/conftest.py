@@ -9,8 +9,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,13 @@ class Stack:
     log_dir: Path
     api: subprocess.Popen[bytes] | None = None
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    user: str = "alice"
+    """The user (and so, by default, the tenant) of calls that name none."""
 
-    def token(self, user: str = "alice", tenant: str | None = None) -> str:
-        return mint_token(SECRET, user_id=user, tenant_id=tenant)
+    def token(self, user: str | None = None, tenant: str | None = None) -> str:
+        return mint_token(SECRET, user_id=user or self.user, tenant_id=tenant)
 
-    def headers(self, user: str = "alice", tenant: str | None = None) -> dict[str, str]:
+    def headers(self, user: str | None = None, tenant: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(user, tenant)}"}
 
     def restart_api(self) -> None:
@@ -61,7 +64,7 @@ class Stack:
         self.workers[name] = proc
         return proc
 
-    def post(self, message: str, user: str = "alice", **body: Any) -> dict[str, Any]:
+    def post(self, message: str, user: str | None = None, **body: Any) -> dict[str, Any]:
         r = httpx.post(
             f"{self.base_url}/api/agent-runtime",
             json={"message": message, **body},
@@ -71,7 +74,7 @@ class Stack:
         assert r.status_code == 202, r.text
         return dict(r.json())
 
-    def status(self, run_id: str, user: str = "alice") -> dict[str, Any]:
+    def status(self, run_id: str, user: str | None = None) -> dict[str, Any]:
         r = httpx.get(
             f"{self.base_url}/api/agent-runtime/status",
             params={"runId": run_id},
@@ -82,7 +85,7 @@ class Stack:
         return dict(r.json())
 
     def wait_status(
-        self, run_id: str, statuses: set[str], timeout: float = 20, user: str = "alice"
+        self, run_id: str, statuses: set[str], timeout: float = 20, user: str | None = None
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
@@ -96,7 +99,7 @@ class Stack:
     def stream(
         self,
         run_id: str,
-        user: str = "alice",
+        user: str | None = None,
         last_event_id: int | None = None,
         timeout: float = 30,
     ) -> list[dict[str, Any]]:
@@ -185,6 +188,26 @@ def stack(
     db_url: str, tmp_path: Path, stack_env: dict[str, str], stack_workers: tuple[str, ...]
 ) -> Iterator[Stack]:
     """API + two workers, short leases so takeover is quick."""
+    yield from _run_stack(db_url, tmp_path, stack_env, stack_workers)
+
+
+@pytest.fixture(scope="module")
+def shared_stack(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One API + two workers for all the tests of a module (starting them is most of a short
+    browser test's time). A module opts in by defining `stack` as `stack_per_user` does."""
+    yield from _run_stack(module_db_url, tmp_path_factory.mktemp("stack"), {}, ("w1", "w2"))
+
+
+def stack_per_user(shared_stack: Stack) -> Stack:
+    """The module's shared stack, seen as a user of its own: each test is its own user and so
+    its own tenant (sessions, memory, policies, approvals), as if it had the stack to itself.
+    Use in a module as `stack = pytest.fixture(stack_per_user)`."""
+    return replace(shared_stack, user=f"u-{uuid.uuid4().hex[:10]}")
+
+
+def _run_stack(
+    db_url: str, tmp_path: Path, stack_env: dict[str, str], stack_workers: tuple[str, ...]
+) -> Iterator[Stack]:
     port = free_port()
     env = {
         **os.environ,

@@ -66,6 +66,8 @@ async def test_list_sessions_newest_first_with_fields(api: Api) -> None:
         "tokenCount",
         "contextTokens",
         "compactions",
+        "parentSessionKey",
+        "liveRunId",
     }
     assert older["lastRunAt"] is not None
     assert older["tokenCount"] > 0 and older["compactions"] == 0

@@ -1,4 +1,5 @@
-"""Sessions: the tenant's session list and each session's transcript (JSON or JSONL)."""
+"""Sessions: the tenant's session list (with search), one session, and each session's transcript
+(JSON or JSONL)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from app.db.models import SessionMessage
 from app.sessions.store import (
     InvalidCursorError,
     SessionCursor,
+    SessionListing,
+    describe_sessions,
     get_session_by_key,
     list_compactions,
     list_messages,
@@ -39,6 +42,7 @@ router = APIRouter(prefix="/api/agent-runtime/sessions", tags=["sessions"])
 
 JSONL_BATCH = 500
 DEFAULT_MESSAGE_LIMIT = 200
+MAX_SEARCH_CHARS = 200
 
 SessionKeyPath = Annotated[
     str,
@@ -50,6 +54,24 @@ SessionKeyPath = Annotated[
         description="The session's key.",
     ),
 ]
+
+
+def _session_info(listing: SessionListing) -> SessionInfo:
+    r = listing.session
+    return SessionInfo(
+        session_key=r.session_key,
+        agent_id=r.agent_id,
+        title=r.title,
+        message_count=r.message_count,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        last_run_at=r.last_run_at,
+        token_count=r.token_count,
+        context_tokens=r.context_tokens,
+        compactions=r.compactions,
+        parent_session_key=listing.parent_session_key,
+        live_run_id=listing.live_run_id,
+    )
 
 
 @router.get("", response_model=SessionPage, responses=error_responses(401, 422))
@@ -65,35 +87,47 @@ async def get_sessions(
             "last active before it.",
         ),
     ] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="Only sessions whose key or title contains this text, ignoring case "
+            "(`%` and `_` match themselves). Pages on with `before` like the full list.",
+        ),
+    ] = None,
 ) -> SessionPage:
-    """The tenant's sessions, most recently active first (keyset-paginated)."""
+    """The tenant's sessions, most recently active first (keyset-paginated, optionally
+    searched)."""
     cursor = None
     if before is not None:
         try:
             cursor = SessionCursor.parse(before)
         except InvalidCursorError as exc:
             raise ApiError(422, f"before: {exc}", field="before") from exc
+    search = (q or "").strip()
+    if any(ord(c) < 32 for c in search):
+        raise ApiError(422, "q: control characters are not allowed", field="q")
     async with db.tenant(principal) as s:
-        rows = await list_sessions(s, limit=limit + 1, before=cursor)
-    page, more = rows[:limit], len(rows) > limit
+        rows = await list_sessions(s, limit=limit + 1, before=cursor, search=search or None)
+        page, more = rows[:limit], len(rows) > limit
+        listings = await describe_sessions(s, page)
     return SessionPage(
-        sessions=[
-            SessionInfo(
-                session_key=r.session_key,
-                agent_id=r.agent_id,
-                title=r.title,
-                message_count=r.message_count,
-                created_at=r.created_at,
-                updated_at=r.updated_at,
-                last_run_at=r.last_run_at,
-                token_count=r.token_count,
-                context_tokens=r.context_tokens,
-                compactions=r.compactions,
-            )
-            for r in page
-        ],
+        sessions=[_session_info(listing) for listing in listings],
         next_cursor=SessionCursor.after(page[-1]).encode() if more else None,
     )
+
+
+@router.get("/{sessionKey}", response_model=SessionInfo, responses=error_responses(401, 404, 422))
+async def get_session(
+    principal: CurrentPrincipal, db: DatabaseDep, session_key: SessionKeyPath
+) -> SessionInfo:
+    """One session of the tenant, with its live run (if any) and sub-agent parent."""
+    async with db.tenant(principal) as s:
+        found = await get_session_by_key(s, session_key)
+        if found is None:
+            raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
+        (listing,) = await describe_sessions(s, [found])
+    return _session_info(listing)
 
 
 def _message_info(m: SessionMessage) -> MessageInfo:
