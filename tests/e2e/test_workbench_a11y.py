@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
+from tests.e2e.workbench_support import DESKTOP, api, open_workbench, signed_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -23,21 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 stack = pytest.fixture(stack_per_user)
 
 AXE = Path(__file__).resolve().parent / "ai_sdk" / "node_modules" / "axe-core" / "axe.min.js"
-DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 SERIOUS = {"serious", "critical"}
-
-
-def api(stack: Stack, method: str, path: str, body: Any = None) -> Any:
-    r = httpx.request(
-        method,
-        f"{stack.base_url}/api/agent-runtime{path}",
-        json=body,
-        headers=stack.headers(),
-        timeout=10,
-    )
-    assert r.status_code < 300, r.text
-    return r.json() if r.content else None
 
 
 class Audit:
@@ -94,19 +81,10 @@ class Audit:
 @pytest.fixture
 def page(stack: Stack) -> Iterator[Page]:
     with chromium_context(bypass_csp=True) as browser:
-        p: Page = browser.new_page()
-        p.set_viewport_size(DESKTOP)
         console: list[str] = []
-        p.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-        token = json.dumps(stack.token())
-        p.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
+        p = signed_in_page(browser, stack, console, DESKTOP)
         yield p
         assert not [line for line in console if line.startswith("error")], console
-
-
-def open_workbench(page: Page, stack: Stack, fragment: str = "") -> None:
-    page.goto(f"{stack.base_url}/{fragment}")
-    expect(page.locator("body[data-ready=true]")).to_be_attached()
 
 
 def run_end(page: Page, count: int = 1) -> None:

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
+from tests.e2e.workbench_support import api, open_workbench, signed_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -26,19 +26,6 @@ stack = pytest.fixture(stack_per_user)
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 COMMAND = "echo hi; echo oops >&2; printf data > out.txt"
-
-
-def api(stack: Stack, method: str, path: str, body: Any = None, **params: Any) -> Any:
-    r = httpx.request(
-        method,
-        f"{stack.base_url}/api/agent-runtime{path}",
-        json=body,
-        params=params,
-        headers=stack.headers(),
-        timeout=10,
-    )
-    assert r.status_code < 300, r.text
-    return r.json() if r.content else None
 
 
 class Tabs:
@@ -50,13 +37,8 @@ class Tabs:
         self.console: list[str] = []
 
     def open(self) -> Page:
-        page: Page = self.browser.new_page()
-        page.set_viewport_size({"width": 1280, "height": 900})
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        token = json.dumps(self.stack.token())
-        page.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
-        page.goto(f"{self.stack.base_url}/")
-        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        page = signed_in_page(self.browser, self.stack, self.console)
+        open_workbench(page, self.stack)
         return page
 
     def errors(self, *allowed: str) -> list[str]:
@@ -107,7 +89,7 @@ def test_a_gated_call_asks_every_tab_and_approving_runs_it(stack: Stack, tabs: T
     expect(dialog(one, "run_shell")).to_be_hidden()
     banner = one.get_by_role("region", name="Pending approvals")
     expect(banner).to_contain_text("1 tool call waiting for approval")
-    [pending] = api(stack, "GET", "/approvals", status="pending")["approvals"]
+    [pending] = api(stack, "GET", "/approvals", params={"status": "pending"})["approvals"]
     banner.get_by_role("button", name="Review").click()
     modal = dialog(one, "run_shell")
     expect(modal).to_be_visible()

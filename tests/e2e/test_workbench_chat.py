@@ -3,14 +3,13 @@ offline model's answer stream in and the run complete; a tool call shows as a ca
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
+from tests.e2e.workbench_support import open_workbench, signed_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -34,13 +33,9 @@ def test_the_page_is_served_at_root_and_stays_out_of_the_api(stack: Stack) -> No
 
 def test_chat_streams_an_answer_and_a_tool_card(stack: Stack) -> None:
     with chromium_context() as browser:
-        page = browser.new_page()
         console: list[str] = []
-        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-        token = json.dumps(stack.token())
-        page.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
-        page.goto(f"{stack.base_url}/")
-        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        page = signed_in_page(browser, stack, console)
+        open_workbench(page, stack)
 
         page.get_by_role("textbox", name="Message").fill(
             "Hello **workbench** <img src=x onerror=alert(1)>"

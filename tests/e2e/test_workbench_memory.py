@@ -5,7 +5,6 @@ reasons; the "New agent" form creates a plan-mode agent that new sessions then u
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from playwright.sync_api import Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
+from tests.e2e.workbench_support import api, open_workbench, signed_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -25,19 +25,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 stack = pytest.fixture(stack_per_user)
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-API = "/api/agent-runtime"
-
-
-def api(stack: Stack, method: str, path: str, user: str | None = None, **kwargs: Any) -> Any:
-    r = httpx.request(
-        method, f"{stack.base_url}{API}{path}", headers=stack.headers(user), timeout=10, **kwargs
-    )
-    assert r.status_code < 300, r.text
-    return r.json() if r.content else None
 
 
 def remember(stack: Stack, content: str, **body: Any) -> str:
-    created = api(stack, "POST", "/memory", json={"content": content, **body})
+    created = api(stack, "POST", "/memory", {"content": content, **body})
     return str(created["entries"][0]["id"])
 
 
@@ -64,16 +55,12 @@ class Workbench:
 def wb(stack: Stack) -> Iterator[Workbench]:
     """The workbench signed in as the test's user at 1280 px; no unexpected console error at the end."""
     with chromium_context() as browser:
-        page = browser.new_page()
-        page.set_viewport_size({"width": 1280, "height": 900})
-        bench = Workbench(page)
-        page.on("console", lambda m: bench.console.append(f"{m.type}: {m.text}"))
+        console: list[str] = []
+        bench = Workbench(signed_in_page(browser, stack, console), console)
+        page = bench.page
         vendored: list[str] = []
         page.on("request", lambda r: vendored.append(r.url) if "/vendor/" in r.url else None)
-        token = json.dumps(stack.token())
-        page.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
-        page.goto(f"{stack.base_url}/")
-        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        open_workbench(page, stack)
         yield bench
         assert not bench.errors(), bench.console
         assert vendored == [], "only Supabase sign-in loads the vendored supabase-js"
@@ -88,7 +75,7 @@ def test_memory_search_counts_and_forget(stack: Stack, wb: Workbench) -> None:
     for _ in range(2):
         api(stack, "GET", f"/memory/{deploys}")  # each read counts as an access
     # another tenant's memory never shows
-    other = api(stack, "POST", "/memory", user="mallory", json={"content": "mallory's secret"})
+    other = api(stack, "POST", "/memory", {"content": "mallory's secret"}, user="mallory")
     assert other["entries"]
 
     p = wb.page
@@ -124,7 +111,9 @@ def test_memory_search_counts_and_forget(stack: Stack, wb: Workbench) -> None:
     dialog.get_by_role("button", name="Forget").click()
     expect(target).to_have_count(0)
     expect(panel.locator(".memory-status")).to_have_text("Forgotten.")
-    r = httpx.get(f"{stack.base_url}{API}/memory/{pluto}", headers=stack.headers(), timeout=10)
+    r = httpx.get(
+        f"{stack.base_url}/api/agent-runtime/memory/{pluto}", headers=stack.headers(), timeout=10
+    )
     assert r.status_code == 404
     panel.get_by_role("button", name="Show all").click()
     expect(entries).to_have_count(2)
@@ -165,13 +154,13 @@ def test_memory_panel_empty_and_error_states(wb: Workbench) -> None:
 
 def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> None:
     researcher = api(
-        stack, "POST", "/agents", json={"name": "researcher", "model": "offline", "maxTurns": 4}
+        stack, "POST", "/agents", {"name": "researcher", "model": "offline", "maxTurns": 4}
     )
     api(
         stack,
         "PUT",
         f"/agents/{researcher['id']}/policy",
-        json={"deny": ["run_shell"], "requireApproval": {"tools": ["write_file"]}},
+        {"deny": ["run_shell"], "requireApproval": {"tools": ["write_file"]}},
     )
     mine = remember(stack, "Researcher notes: sources first.", agentId=researcher["id"])
     remember(stack, "A shared fact.")

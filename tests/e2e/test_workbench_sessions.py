@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
+from tests.e2e.workbench_support import open_workbench, signed_in_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -44,14 +45,9 @@ SLOW = "\n".join(
 def workbench(stack: Stack, fragment: str = "") -> Iterator[tuple[Page, list[str]]]:
     """A signed-in page of the workbench (at `/#fragment`), and its console lines."""
     with chromium_context() as browser:
-        page = browser.new_page()
-        page.set_viewport_size({"width": 1280, "height": 900})
         console: list[str] = []
-        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-        token = json.dumps(stack.token())
-        page.add_init_script(f"sessionStorage.setItem('agent-runtime.token', {token});")
-        page.goto(f"{stack.base_url}/{fragment}")
-        expect(page.locator("body[data-ready=true]")).to_be_attached()
+        page = signed_in_page(browser, stack, console)
+        open_workbench(page, stack, fragment)
         yield page, console
         assert not [line for line in console if line.startswith("error")], console
 

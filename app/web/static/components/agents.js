@@ -5,14 +5,8 @@
 // risk and approval rule of each tool (`GET /tools?agentId=`). A "New agent" form creates one
 // (`POST /agents`: name, mode chat/plan, model, system prompt) and picks it.
 import { call } from "../api.js";
+import { el } from "../dom.js";
 import { emit, on } from "../bus.js";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 const orDefault = (value, fallback) => (value === null || value === undefined ? fallback : value);
 
@@ -23,7 +17,7 @@ export class Agents {
     this.agents = [];
     this.selected = null;  // the picked agent's row (the default agent when agentId is null)
 
-    const label = el("label", "agent-picker-label");
+    const label = el("label", { class: "agent-picker-label" });
     label.htmlFor = "agent-select";
     label.textContent = "Agent";
     this.select = el("select");
@@ -33,11 +27,11 @@ export class Agents {
     this.select.addEventListener("change", () => this.pick(this.select.value || null));
     on("session:agent", ({ agentId }) => this.follow(agentId));
 
-    this.details = el("section", "agent-details");
+    this.details = el("section", { class: "agent-details" });
     this.details.setAttribute("aria-label", "Agent settings");
-    this.tools = el("section", "agent-tools");
+    this.tools = el("section", { class: "agent-tools" });
     this.tools.setAttribute("aria-label", "Tools and policy");
-    this.status = el("p", "agent-status");
+    this.status = el("p", { class: "agent-status" });
     this.status.setAttribute("role", "status");
     panel.replaceChildren(this.status, this.details, this.tools, this.newAgentForm());
     this.load();
@@ -53,9 +47,8 @@ export class Agents {
     }
     this.select.replaceChildren();
     for (const agent of this.agents) {
-      const option = el("option", null,
-        agent.isDefault && agent.name !== "default" ? `${agent.name} (default)`
-          : `${agent.name}${agent.mode === "plan" ? " · plan" : ""}`);
+      const option = el("option", { text: agent.isDefault && agent.name !== "default" ? `${agent.name} (default)`
+          : `${agent.name}${agent.mode === "plan" ? " · plan" : ""}` });
       option.value = agent.isDefault ? "" : agent.id;
       this.select.appendChild(option);
     }
@@ -95,12 +88,12 @@ export class Agents {
     const a = this.selected;
     this.details.replaceChildren();
     if (!a) return;
-    const title = el("h2", null, a.name);
-    if (a.isDefault) title.appendChild(el("span", "badge", "default"));
-    const dl = el("dl", "agent-settings");
+    const title = el("h2", { text: a.name });
+    if (a.isDefault) title.appendChild(el("span", { class: "badge", text: "default" }));
+    const dl = el("dl", { class: "agent-settings" });
     const row = (name, value) => {
       const wrap = el("div");
-      wrap.append(el("dt", null, name), el("dd", null, String(value)));
+      wrap.append(el("dt", { text: name }), el("dd", { text: String(value) }));
       dl.appendChild(wrap);
     };
     row("model", a.model);
@@ -114,14 +107,14 @@ export class Agents {
     row("children per run", orDefault(a.maxChildrenPerRun, "server default"));
     this.details.append(title, dl);
     if (a.systemPrompt) {
-      const prompt = el("details", "agent-prompt");
-      prompt.append(el("summary", null, "System prompt"), el("pre", null, a.systemPrompt));
+      const prompt = el("details", { class: "agent-prompt" });
+      prompt.append(el("summary", { text: "System prompt" }), el("pre", { text: a.systemPrompt }));
       this.details.appendChild(prompt);
     }
   }
 
   async loadTools(agentId) {
-    this.tools.replaceChildren(el("p", "muted", "Loading tools…"));
+    this.tools.replaceChildren(el("p", { class: "muted", text: "Loading tools…" }));
     this.tools.setAttribute("aria-busy", "true");
     let page;
     try {
@@ -137,8 +130,8 @@ export class Agents {
     this.status.textContent = "";
     this.status.className = "agent-status";
     this.status.setAttribute("role", "status");
-    const heading = el("h3", null, "Tools");
-    const summary = el("p", "tool-policy-summary");
+    const heading = el("h3", { text: "Tools" });
+    const summary = el("p", { class: "tool-policy-summary" });
     const limits = [
       page.maxCallsPerTurn ? `${page.maxCallsPerTurn} calls per turn` : null,
       page.maxCallsPerRun ? `${page.maxCallsPerRun} calls per run` : null,
@@ -153,40 +146,40 @@ export class Agents {
   }
 
   toolList(title, tools, kind) {
-    const section = el("details", `tool-list ${kind}`);
+    const section = el("details", { class: `tool-list ${kind}` });
     section.open = true;
-    section.appendChild(el("summary", null, title));
+    section.appendChild(el("summary", { text: title }));
     const list = el("ul");
     for (const tool of tools) {
-      const item = el("li", "tool-policy");
+      const item = el("li", { class: "tool-policy" });
       item.dataset.tool = tool.name;
-      const head = el("div", "tool-policy-head");
-      head.append(el("code", "tool-policy-name", tool.name),
-        el("span", `risk risk-${tool.risk}`, `${tool.risk} risk`));
-      if (tool.ownerOnly) head.appendChild(el("span", "badge", "owner only"));
-      item.append(head, el("p", "tool-policy-reason", tool.reason));
+      const head = el("div", { class: "tool-policy-head" });
+      head.append(el("code", { class: "tool-policy-name", text: tool.name }),
+        el("span", { class: `risk risk-${tool.risk}`, text: `${tool.risk} risk` }));
+      if (tool.ownerOnly) head.appendChild(el("span", { class: "badge", text: "owner only" }));
+      item.append(head, el("p", { class: "tool-policy-reason", text: tool.reason }));
       if (tool.approval) {
         item.classList.add("gated");
-        item.appendChild(el("p", "tool-policy-approval", `Needs approval: ${tool.approval}`));
+        item.appendChild(el("p", { class: "tool-policy-approval", text: `Needs approval: ${tool.approval}` }));
       }
       item.title = tool.description;
       list.appendChild(item);
     }
-    if (!tools.length) list.appendChild(el("li", "muted", "none"));
+    if (!tools.length) list.appendChild(el("li", { class: "muted", text: "none" }));
     section.appendChild(list);
     return section;
   }
 
   newAgentForm() {
-    const wrap = el("details", "new-agent");
-    wrap.appendChild(el("summary", null, "New agent"));
+    const wrap = el("details", { class: "new-agent" });
+    wrap.appendChild(el("summary", { text: "New agent" }));
     const form = el("form");
     form.setAttribute("aria-label", "New agent");
     const field = (text, control) => {
       control.id = `new-agent-${control.name}`;
-      const label = el("label", null, text);
+      const label = el("label", { text: text });
       label.htmlFor = control.id;
-      const wrap = el("div", "field");
+      const wrap = el("div", { class: "field" });
       wrap.append(label, control);
       return wrap;
     };
@@ -195,7 +188,7 @@ export class Agents {
     const mode = el("select");
     mode.name = "mode";
     for (const [value, text] of [["chat", "chat: answer directly"], ["plan", "plan: plan the steps, then run them"]]) {
-      const option = el("option", null, text);
+      const option = el("option", { text: text });
       option.value = value;
       mode.appendChild(option);
     }
@@ -203,9 +196,9 @@ export class Agents {
     Object.assign(model, { name: "model", placeholder: "server default", autocomplete: "off" });
     const prompt = el("textarea");
     Object.assign(prompt, { name: "systemPrompt", rows: 3 });
-    const status = el("p", "new-agent-status");
+    const status = el("p", { class: "new-agent-status" });
     status.setAttribute("role", "status");
-    const submit = el("button", null, "Create agent");
+    const submit = el("button", { text: "Create agent" });
     submit.type = "submit";
     form.append(field("Name", name), field("Mode", mode), field("Model (optional)", model),
       field("System prompt (optional)", prompt), submit, status);

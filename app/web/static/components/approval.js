@@ -10,6 +10,7 @@
 import { ApiError, call, runStatus } from "../api.js";
 import { emit, on } from "../bus.js";
 import { trapFocus } from "./focus-trap.js";
+import { el } from "../dom.js";
 
 const POLL_MS = 2000;
 const NOTE_MS = 6000;
@@ -25,17 +26,6 @@ const TRUST_CHOICES = [
 /** Tools whose main argument is a program: shown on its own, prominently. */
 const PROGRAMS = { run_shell: "command", run_python: "code" };
 const OUTCOMES = { approve: "approved", deny: "denied", expired: "expired" };
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "text") node.textContent = value;
-    else if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 function pretty(value) {
   try {

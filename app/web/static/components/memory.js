@@ -5,17 +5,11 @@
 // With an agent picked ("agent:selected"), the list holds that agent's entries and a search
 // covers that agent's entries plus the shared ones (the API's own filters).
 import { call } from "../api.js";
+import { el } from "../dom.js";
 import { on } from "../bus.js";
 import { trapFocus } from "./focus-trap.js";
 
 const PAGE = 20;
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** "3 min ago", "2 h ago", or the date, from an ISO timestamp. */
 export function ago(iso) {
@@ -35,31 +29,31 @@ export class MemoryPanel {
     this.cursor = null;
     this.loading = 0;  // a generation counter: a late answer of an older load is dropped
 
-    const heading = el("h2", null, "Memory");
-    this.scope = el("p", "memory-scope muted");
-    this.form = el("form", "memory-search");
+    const heading = el("h2", { text: "Memory" });
+    this.scope = el("p", { class: "memory-scope muted" });
+    this.form = el("form", { class: "memory-search" });
     this.form.setAttribute("role", "search");
-    const label = el("label", "visually-hidden", "Search memory");
+    const label = el("label", { class: "visually-hidden", text: "Search memory" });
     label.htmlFor = "memory-query";
     this.input = el("input");
     Object.assign(this.input, {
       id: "memory-query", type: "search", name: "query", placeholder: "Search memory",
       maxLength: 2000,
     });
-    const searchButton = el("button", null, "Search");
+    const searchButton = el("button", { text: "Search" });
     searchButton.type = "submit";
-    this.clearButton = el("button", null, "Show all");
+    this.clearButton = el("button", { text: "Show all" });
     this.clearButton.type = "button";
     this.clearButton.hidden = true;
-    const refresh = el("button", "memory-refresh", "Refresh");
+    const refresh = el("button", { class: "memory-refresh", text: "Refresh" });
     refresh.type = "button";
     this.form.append(label, this.input, searchButton, this.clearButton, refresh);
 
-    this.status = el("p", "memory-status");
+    this.status = el("p", { class: "memory-status" });
     this.status.setAttribute("role", "status");
-    this.list = el("ol", "memory-list");
+    this.list = el("ol", { class: "memory-list" });
     this.list.setAttribute("aria-label", "Memory entries");
-    this.more = el("button", "memory-more", "Load more");
+    this.more = el("button", { class: "memory-more", text: "Load more" });
     this.more.type = "button";
     this.more.hidden = true;
     this.dialog = this.confirmDialog();
@@ -151,13 +145,13 @@ export class MemoryPanel {
   }
 
   entryItem(entry) {
-    const item = el("li", "memory-entry");
+    const item = el("li", { class: "memory-entry" });
     item.dataset.id = entry.id;
-    const text = el("p", "memory-text", entry.content);
-    const meta = el("dl", "memory-meta");
+    const text = el("p", { class: "memory-text", text: entry.content });
+    const meta = el("dl", { class: "memory-meta" });
     const add = (name, value, className) => {
-      const wrap = el("div", className);
-      wrap.append(el("dt", null, name), el("dd", null, value));
+      const wrap = el("div", { class: className });
+      wrap.append(el("dt", { text: name }), el("dd", { text: value }));
       meta.appendChild(wrap);
     };
     add("importance", entry.importance.toFixed(2), "memory-importance");
@@ -168,17 +162,17 @@ export class MemoryPanel {
     if (entry.chunkIndex !== null && entry.chunkIndex !== undefined) {
       add("chunk", String(entry.chunkIndex + 1), "memory-chunk");
     }
-    const bar = el("span", "importance-bar");
+    const bar = el("span", { class: "importance-bar" });
     bar.setAttribute("aria-hidden", "true");
     bar.style.setProperty("--importance", String(entry.importance));
     item.append(bar, text);
     if (entry.tags.length) {
-      const tags = el("ul", "memory-tags");
+      const tags = el("ul", { class: "memory-tags" });
       tags.setAttribute("aria-label", "Tags");
-      for (const tag of entry.tags) tags.appendChild(el("li", "tag", tag));
+      for (const tag of entry.tags) tags.appendChild(el("li", { class: "tag", text: tag }));
       item.appendChild(tags);
     }
-    const forget = el("button", "memory-forget", "Forget");
+    const forget = el("button", { class: "memory-forget", text: "Forget" });
     forget.type = "button";
     forget.setAttribute("aria-label", `Forget: ${entry.content.slice(0, 60)}`);
     forget.addEventListener("click", () => this.confirmForget(entry, item, forget));
@@ -187,17 +181,17 @@ export class MemoryPanel {
   }
 
   confirmDialog() {
-    const dialog = el("dialog", "memory-confirm");
+    const dialog = el("dialog", { class: "memory-confirm" });
     dialog.setAttribute("aria-labelledby", "memory-confirm-title");
-    const title = el("h3", null, "Forget this memory?");
+    const title = el("h3", { text: "Forget this memory?" });
     title.id = "memory-confirm-title";
-    this.confirmText = el("blockquote", "memory-confirm-text");
-    const note = el("p", "muted", "The agent will no longer find it. This cannot be undone.");
+    this.confirmText = el("blockquote", { class: "memory-confirm-text" });
+    const note = el("p", { class: "muted", text: "The agent will no longer find it. This cannot be undone." });
     const form = el("form");
     form.method = "dialog";
-    const cancel = el("button", null, "Cancel");
+    const cancel = el("button", { text: "Cancel" });
     cancel.value = "cancel";
-    const ok = el("button", "danger", "Forget");
+    const ok = el("button", { class: "danger", text: "Forget" });
     ok.value = "forget";
     form.append(cancel, ok);
     dialog.append(title, this.confirmText, note, form);

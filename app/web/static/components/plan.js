@@ -3,21 +3,11 @@
 // the followed run's events (`plan.created`, `plan.updated`, `plan.step`, `plan.invalid`); the
 // panel stays hidden for runs without a plan.
 import { on } from "../bus.js";
+import { el } from "../dom.js";
 
 const STATUS_TEXT = {
   pending: "pending", running: "running", done: "done", failed: "failed", skipped: "skipped",
 };
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "text") node.textContent = value;
-    else if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 function stepList(steps) {
   const list = el("ol", { class: "plan-steps" });

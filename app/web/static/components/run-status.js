@@ -6,20 +6,10 @@
 // events do not carry come from `GET /status` (its `context` field), re-read after a model call.
 import { runStatus } from "../api.js";
 import { on } from "../bus.js";
+import { el } from "../dom.js";
 
 const TERMINAL = { "run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled" };
 const REFRESH_MS = 400;
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "text") node.textContent = value;
-    else if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 const number = (n) => Number(n).toLocaleString("en");
 

@@ -5,21 +5,11 @@
 // and the list reloads when the session changes or one of its runs ends.
 import { call } from "../api.js";
 import { emit, on } from "../bus.js";
+import { el } from "../dom.js";
 
 const PAGE_SIZE = 30;
 const SEARCH_DELAY_MS = 250;
 const REFRESH_EVENTS = ["run.completed", "run.failed", "run.cancelled", "subagent.spawned"];
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 /** "3 min ago", "yesterday", or the date: when the session was last active. */
 export function ago(iso, now = Date.now()) {

@@ -4,6 +4,7 @@
 // workspace (through api.js, as a Blob: never rendered). Everything is shown as text (JSON
 // pretty-printed), never as HTML.
 import { workspaceFile } from "../api.js";
+import { el } from "../dom.js";
 
 /** Tools whose result is a sandbox run (`exitCode`, `stdout`, `stderr`, `files`, …). */
 const SANDBOX_TOOLS = new Set(["run_shell", "run_python"]);
@@ -17,17 +18,6 @@ function pretty(value) {
   } catch {
     return String(value);
   }
-}
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === "text") node.textContent = value;
-    else if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children);
-  return node;
 }
 
 function section(title, value, className) {
