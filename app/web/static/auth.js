@@ -5,6 +5,7 @@
 //   "dev":      a local `serve` with a generated secret hands the page a dev token.
 //   "token":    the user pastes a bearer token (kept in sessionStorage: this tab only).
 import { setToken } from "./api.js";
+import { el } from "./dom.js";
 
 const KEY = "agent-runtime.token";
 const SUPABASE_BUNDLE = "/workbench/vendor/supabase-js/supabase.js";
@@ -146,36 +147,20 @@ function field(labelText, attrs) {
 
 /** The sign-in card: email + password, or a magic link by email. */
 function supabaseForm(client, onSession) {
-  const card = document.createElement("section");
-  card.className = "signin-card";
-  card.setAttribute("role", "dialog");
-  card.setAttribute("aria-modal", "true");
-  card.setAttribute("aria-labelledby", "signin-title");
-  const title = document.createElement("h2");
-  title.id = "signin-title";
-  title.textContent = "Sign in";
-  const hint = document.createElement("p");
-  hint.className = "muted";
-  hint.textContent = "with your account of this project (Supabase Auth)";
-
-  const form = document.createElement("form");
+  const card = el("section", {
+    class: "signin-card", role: "dialog", "aria-modal": "true", "aria-labelledby": "signin-title",
+  });
+  const title = el("h2", { id: "signin-title", text: "Sign in" });
+  const hint = el("p", { class: "muted", text: "with your account of this project (Supabase Auth)" });
   const email = field("Email", { type: "email", name: "email", required: true, autocomplete: "username" });
   const password = field("Password", {
     type: "password", name: "password", autocomplete: "current-password",
   });
-  const status = document.createElement("p");
-  status.className = "signin-status";
-  status.setAttribute("role", "status");
-  const submit = document.createElement("button");
-  submit.type = "submit";
-  submit.textContent = "Sign in";
-  const magic = document.createElement("button");
-  magic.type = "button";
-  magic.textContent = "Email me a sign-in link";
-  const actions = document.createElement("div");
-  actions.className = "signin-actions";
-  actions.append(submit, magic);
-  form.append(email.label, password.label, actions, status);
+  const status = el("p", { class: "signin-status", role: "status" });
+  const submit = el("button", { type: "submit", text: "Sign in" });
+  const magic = el("button", { type: "button", text: "Email me a sign-in link" });
+  const form = el("form", {}, email.label, password.label,
+                  el("div", { class: "signin-actions" }, submit, magic), status);
 
   const report = (text, kind) => {
     status.textContent = text;
