@@ -145,11 +145,11 @@ async def database(db_url: str) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def alice() -> Principal:
-    """A user of tenant `acme`."""
-    return Principal(user_id="alice", tenant_id="acme")
+    """The owner of tenant `acme`."""
+    return Principal(user_id="alice", tenant_id="acme", role="owner")
 
 
 @pytest.fixture
 def mallory() -> Principal:
-    """A user of another tenant, `evil`."""
-    return Principal(user_id="mallory", tenant_id="evil")
+    """The owner of another tenant, `evil`."""
+    return Principal(user_id="mallory", tenant_id="evil", role="owner")

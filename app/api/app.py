@@ -15,6 +15,7 @@ from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
 from app.api.limits import BodySizeLimit
+from app.api.request_id import RequestId
 from app.api.routes import (
     agents,
     approvals,
@@ -102,6 +103,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     app.state.settings = settings
     verifier = app.state.verifier = TokenVerifier.from_settings(settings)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, exempt=files.is_upload)
+    app.add_middleware(RequestId)
     install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
     for module in (

@@ -141,3 +141,19 @@ async def require_json(request: Request) -> None:
 
 
 JsonBody = Annotated[None, Depends(require_json)]
+
+
+async def admin_principal(principal: CurrentPrincipal) -> Principal:
+    """The caller, if they manage the tenant (role `owner` or `admin`); else 403."""
+    if not principal.is_admin:
+        raise ApiError(
+            403,
+            f"this needs the tenant role 'admin' or 'owner' (yours is {principal.role!r}; "
+            "roles come from the token's app_metadata.role)",
+            code="forbidden_role",
+        )
+    return principal
+
+
+AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
+"""The caller, required to be a tenant admin or owner (403 `forbidden_role` otherwise)."""

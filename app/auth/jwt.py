@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 import jwt
 from jwt.warnings import InsecureKeyLengthWarning
 
-from app.auth.principal import Principal
+from app.auth.principal import TOKEN_ROLES, Principal, Role
 
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key should be at least as long as the hash
@@ -93,7 +93,8 @@ def decode_claims(
 
 
 def principal_from_claims(claims: dict[str, Any]) -> Principal:
-    """The principal of verified claims: `sub`, and the tenant (app_metadata.tenant_id, else sub)."""
+    """The principal of verified claims: `sub`, the tenant (app_metadata.tenant_id, else sub) and
+    the role (see `role_from_claims`)."""
     sub = claims.get("sub")
     if not _usable_id(sub):
         raise AuthError("token 'sub' claim must be a non-empty string")
@@ -105,7 +106,24 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
         if _usable_id(candidate):
             _check_length("app_metadata.tenant_id", candidate)
             tenant = candidate
-    return Principal(user_id=sub, tenant_id=tenant)
+    return Principal(user_id=sub, tenant_id=tenant, role=role_from_claims(sub, tenant, claims))
+
+
+def role_from_claims(sub: str, tenant: str, claims: dict[str, Any]) -> Role:
+    """The role in `tenant`: `owner` when the tenant is the user's own `sub`; otherwise
+    `app_metadata.role` when it is `owner`, `admin` or `member`; otherwise `member`.
+
+    An unknown role (an app's own vocabulary, or `service`, which only the runtime holds) gets the
+    least privilege rather than a refusal, so a Supabase project with other uses for the claim
+    keeps working.
+    """
+    if tenant == sub:
+        return "owner"
+    app_metadata = claims.get("app_metadata")
+    role = app_metadata.get("role") if isinstance(app_metadata, dict) else None
+    if isinstance(role, str) and role in TOKEN_ROLES:
+        return role  # type: ignore[return-value]  # narrowed by TOKEN_ROLES
+    return "member"
 
 
 def _check_length(claim: str, value: str) -> None:
@@ -129,6 +147,7 @@ def mint_token(
     *,
     user_id: str,
     tenant_id: str | None = None,
+    role: str | None = None,
     ttl_seconds: int = 3600 * 24,
     audience: str = "authenticated",
 ) -> str:
@@ -141,8 +160,13 @@ def mint_token(
         "iat": now,
         "exp": now + ttl_seconds,
     }
+    app_metadata: dict[str, str] = {}
     if tenant_id is not None:
-        claims["app_metadata"] = {"tenant_id": tenant_id}
+        app_metadata["tenant_id"] = tenant_id
+    if role is not None:
+        app_metadata["role"] = role
+    if app_metadata:
+        claims["app_metadata"] = app_metadata
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InsecureKeyLengthWarning)
         return jwt.encode(claims, secret, algorithm=ALGORITHM)

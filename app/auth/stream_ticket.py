@@ -26,7 +26,7 @@ from functools import lru_cache
 from uuid import UUID
 
 from app.auth.jwt import MAX_ID_CHARS
-from app.auth.principal import Principal
+from app.auth.principal import TOKEN_ROLES, Principal, Role
 from app.config import Settings
 
 PREFIX = "st1"
@@ -92,6 +92,7 @@ def mint_ticket(
         "r": str(run_id),
         "u": principal.user_id,
         "t": principal.tenant_id,
+        "o": principal.role,
         "e": expires_at,
     }
     body = _b64(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
@@ -118,7 +119,11 @@ def verify_ticket(
         payload = json.loads(_unb64(parts[1]))
         grant = StreamTicket(
             run_id=UUID(payload["r"]),
-            principal=Principal(user_id=_id(payload["u"]), tenant_id=_id(payload["t"])),
+            principal=Principal(
+                user_id=_id(payload["u"]),
+                tenant_id=_id(payload["t"]),
+                role=_token_role(payload.get("o")),
+            ),
             expires_at=int(payload["e"]),
         )
     except (ValueError, KeyError, TypeError):
@@ -154,3 +159,12 @@ def _id(value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
         raise ValueError("bad id")
     return value
+
+
+def _token_role(value: object) -> Role | None:
+    """The role a ticket carries (None: the default rule); never `service`, which no ticket grants."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in TOKEN_ROLES:
+        raise ValueError("bad role")
+    return value  # type: ignore[return-value]  # narrowed by TOKEN_ROLES

@@ -138,6 +138,12 @@ def _add_token(sub: _Subparsers) -> None:
         "--tenant", help="tenant id (app_metadata.tenant_id; default: the user's own tenant)"
     )
     p.add_argument(
+        "--role",
+        choices=["owner", "admin", "member"],
+        help="role in a shared --tenant (app_metadata.role; default member; a user's own "
+        "tenant is always theirs to own)",
+    )
+    p.add_argument(
         "--ttl", type=_positive_int, default=86400, help="lifetime in seconds (default 86400)"
     )
     p.set_defaults(handler=cmd_token)

@@ -13,11 +13,13 @@ if TYPE_CHECKING:
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     """`token`: print a JWT."""
-    print(mint(settings, args.user, args.tenant, args.ttl))
+    print(mint(settings, args.user, args.tenant, args.ttl, role=args.role))
     return EXIT_OK
 
 
-def mint(settings: Settings, user: str, tenant: str | None, ttl: int = 86400) -> str:
+def mint(
+    settings: Settings, user: str, tenant: str | None, ttl: int = 86400, *, role: str | None = None
+) -> str:
     from app.auth.jwt import mint_token
     from app.auth.secret import ensure_jwt_secret
 
@@ -25,6 +27,7 @@ def mint(settings: Settings, user: str, tenant: str | None, ttl: int = 86400) ->
         ensure_jwt_secret(settings),
         user_id=user,
         tenant_id=tenant,
+        role=role,
         ttl_seconds=ttl,
         audience=settings.jwt_audience,
     )

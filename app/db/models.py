@@ -365,3 +365,21 @@ class IdempotencyKey(Base):
     """The first answer's JSON body; None when it was streamed (the run is streamed again)."""
     created_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AuditEvent(Base):
+    """Who did what to which thing, when (append-only: no UPDATE or DELETE for any app role)."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(Text)
+    actor_id: Mapped[str] = mapped_column(Text)
+    actor_role: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    """`<target>.<verb>`, e.g. `agent.updated`, `approval.denied`, `run.created`."""
+    target_type: Mapped[str] = mapped_column(Text)
+    target_id: Mapped[str | None] = mapped_column(Text)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+    request_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()

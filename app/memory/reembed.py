@@ -189,7 +189,7 @@ async def reembed_pending(
         return await _reembed_tenant(db, principal, embedder, batch)
     done, failure = 0, None
     for tenant_id in await stale_tenants(db, embedder):
-        who = Principal(user_id=REEMBED_USER, tenant_id=tenant_id)
+        who = Principal(user_id=REEMBED_USER, tenant_id=tenant_id, role="service")
         try:
             done += await _reembed_tenant(db, who, embedder, batch)
         except EmbeddingError as exc:  # one tenant's failing batch must not stall the others

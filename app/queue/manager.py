@@ -75,7 +75,7 @@ class ClaimedRun:
     @property
     def principal(self) -> Principal:
         """The run's user, for tenant-scoped transactions made on its behalf."""
-        return Principal(user_id=self.user_id, tenant_id=self.tenant_id)
+        return Principal(user_id=self.user_id, tenant_id=self.tenant_id, role="service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class ExhaustedRun:
     @property
     def principal(self) -> Principal:
         """The run's user, whose tenant transaction fails it."""
-        return Principal(user_id=self.user_id, tenant_id=self.tenant_id)
+        return Principal(user_id=self.user_id, tenant_id=self.tenant_id, role="service")
 
 
 def worker_crashed_error(stops: int, limit: int) -> dict[str, str]:

@@ -37,7 +37,9 @@ async def fail_overdue(db: Database) -> list[UUID]:
         found = (await s.execute(query("overdue_runs"))).all()
     failed: list[UUID] = []
     for run_id, tenant_id in found:
-        async with db.tenant(Principal(user_id=SWEEP_USER, tenant_id=tenant_id)) as s:
+        async with db.tenant(
+            Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
+        ) as s:
             done = await s.scalar(
                 query("fail_overdue"), {"run_id": run_id, "message": DEADLINE_MESSAGE}
             )
@@ -56,7 +58,9 @@ async def cancel_orphans(db: Database) -> list[UUID]:
         found = (await s.execute(query("orphaned_runs"))).all()
     changed: list[UUID] = []
     for run_id, tenant_id in found:
-        async with db.tenant(Principal(user_id=SWEEP_USER, tenant_id=tenant_id)) as s:
+        async with db.tenant(
+            Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
+        ) as s:
             if await s.scalar(query("cancel_orphan"), {"run_id": run_id}) is not None:
                 await close_approvals(s, run_id, PARENT_CANCELLED)
                 await emit_unleased(

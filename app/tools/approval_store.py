@@ -178,7 +178,9 @@ async def sweep_expired_approvals(db: Database) -> int:
         )
     expired = 0
     for tenant_id in tenants:
-        async with db.tenant(Principal(user_id=SWEEP_USER, tenant_id=tenant_id)) as s:
+        async with db.tenant(
+            Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
+        ) as s:
             expired += await expire_overdue(s)
     return expired
 

@@ -25,6 +25,9 @@ from app.db.engine import Database
 
 SECRET = "api-test-secret-0123456789abcdef0123456789"
 USERS = {"alice": "acme", "mallory": "evil"}  # user -> tenant (matches conftest's principals)
+OWNERS = frozenset(USERS)
+"""Users who own their tenant in these tests (alice owns acme, mallory evil): their tokens carry
+`app_metadata.role = owner` unless a test asks for another role."""
 
 
 def make_settings(db_url: str | None, **overrides: Any) -> Settings:
@@ -39,8 +42,12 @@ def make_settings(db_url: str | None, **overrides: Any) -> Settings:
 
 
 def auth(user: str = "alice", *, tenant: str | None = None, **token_args: Any) -> dict[str, str]:
-    """An Authorization header for `user` (tenant from USERS unless given)."""
-    token = mint_token(SECRET, user_id=user, tenant_id=tenant or USERS.get(user), **token_args)
+    """An Authorization header for `user` (tenant from USERS unless given; alice and mallory own
+    their tenants unless `role=` says otherwise)."""
+    tenant = tenant or USERS.get(user)
+    if "role" not in token_args and user in OWNERS and tenant == USERS[user]:
+        token_args["role"] = "owner"
+    token = mint_token(SECRET, user_id=user, tenant_id=tenant, **token_args)
     return {"Authorization": f"Bearer {token}"}
 
 

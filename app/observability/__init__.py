@@ -1,0 +1,1 @@
+"""Operating the runtime: Prometheus metrics and OpenTelemetry traces."""

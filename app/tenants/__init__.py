@@ -1,0 +1,1 @@
+"""Per-tenant settings an admin manages: quotas and usage, provider keys."""
