@@ -11,6 +11,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     AGENT_RUNTIME_DATA_DIR=/data
 
 WORKDIR /app
+# bubblewrap is the code tools' sandbox (app/tools/sandbox/). The server runs as `app`, so bwrap
+# works through an unprivileged user namespace: setuid is stripped (a setuid bwrap could not run
+# under no-new-privileges anyway), and the container must allow user namespaces, mounting a
+# fresh /proc and mount(2) in them: see deploy/docker/, deploy/k8s/ and docs/deployment.md.
+# `/readyz` says whether the sandbox works (`sandbox.available`, `sandbox.reason`).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/* \
+    && chmod u-s /usr/bin/bwrap \
+    && bwrap --version && prlimit --version
 RUN useradd --create-home --uid 10001 app && mkdir -p /data && chown app:app /data
 
 # Dependencies first (cached while only the code changes): install a stub package with the real
