@@ -93,6 +93,19 @@ def test_app_environment_is_settings_fields(compose: dict[str, Any]) -> None:
         assert "@db:5432/" in env["DATABASE_URL"]  # the compose service, not localhost
 
 
+def test_app_services_can_run_the_sandbox(compose: dict[str, Any]) -> None:
+    """What bubblewrap needs from Docker, and nothing more (docs/deployment.md#docker)."""
+    for name in ("api", "worker"):
+        service = compose["services"][name]
+        options = service["security_opt"]
+        seccomp = [o.removeprefix("seccomp=") for o in options if o.startswith("seccomp=")]
+        assert len(seccomp) == 1 and (ROOT / seccomp[0]).is_file(), options  # not unconfined
+        assert "systempaths=unconfined" in options  # bwrap --proc: no masked /proc
+        assert any(o.startswith("apparmor=") for o in options)  # docker-default denies mount
+        assert "no-new-privileges:true" in options
+        assert not {"privileged", "cap_add", "user"} & set(service), name  # the image's uid
+
+
 def test_db_environment_is_postgres_variables(compose: dict[str, Any]) -> None:
     unknown = set(environment(compose["services"]["db"])) - POSTGRES_VARS
     assert not unknown, sorted(unknown)

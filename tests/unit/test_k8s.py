@@ -98,7 +98,9 @@ def test_kustomization_lists_every_manifest(kustomization: dict[str, Any]) -> No
     assert [image["name"] for image in kustomization["images"]] == [IMAGE]
 
 
-@pytest.mark.parametrize("document", _documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+@pytest.mark.parametrize(
+    "document", _documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}"
+)
 def test_manifest_is_a_valid_kubernetes_object(document: dict[str, Any]) -> None:
     # strict: an unknown field (a typo, or one newer than this version) is an error too.
     kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.tools.sandbox.detect import describe_isolation, detect_isolation, probe
+from app.tools.sandbox.detect import describe_isolation, detect_isolation, probe, refusal_hint
 from app.tools.sandbox.isolation import Isolation
 from app.tools.sandbox.layout import Layout, create_layout, remove_layout, write_input
 from app.tools.sandbox.limits import Limits
@@ -61,6 +61,7 @@ def test_missing_or_broken_bubblewrap_disables_code_execution() -> None:
     assert "apt-get install -y bubblewrap" in missing.reason
     broken = detect_isolation("bubblewrap", UID, "/bin/false")
     assert not broken.available and "cannot create a sandbox" in broken.reason
+    assert broken.reason.endswith("; see docs/deployment.md#troubleshooting")
     disabled = detect_isolation("disabled", UID)
     assert not disabled.available and "disabled by configuration" in disabled.reason
     with pytest.raises(RuntimeError, match="code execution is disabled"):
@@ -190,3 +191,19 @@ def test_describe_isolation(bubblewrap: Isolation) -> None:
     assert described["network"] is False and described["python"] == "/usr/bin/python3"
     assert described["limits"]["timeoutSeconds"] == 30
     assert not describe_isolation(Settings(sandbox_mode="disabled"))["available"]
+
+
+@pytest.mark.parametrize(
+    ("problem", "cause"),
+    [
+        ("userns: bwrap: No permissions to create new namespace, likely …", "seccomp profile"),
+        ("userns: bwrap: setting up uid map: Permission denied", "apparmor_restrict"),
+        ("userns: bwrap: Can't mount proc on /newroot/proc: Operation not permitted", "procMount"),
+        ("userns: bwrap: Failed to make / slave: Permission denied", "docker-default AppArmor"),
+        ("userns: exit status 1", None),
+    ],
+)
+def test_a_refused_sandbox_says_what_likely_refused_it(problem: str, cause: str | None) -> None:
+    hint = refusal_hint(problem)
+    assert hint.endswith("see docs/deployment.md#troubleshooting")
+    assert (cause in hint) if cause else ("likely cause" not in hint), hint

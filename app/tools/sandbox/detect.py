@@ -128,7 +128,37 @@ def _detect(mode: str, sandbox_uid: int, bwrap: str | None) -> Isolation:
         "no sandbox is available: bubblewrap cannot create a sandbox here ("
         + "; ".join(problems)
         + ")"
+        + refusal_hint(" ".join(problems))
     )
+
+
+# bwrap's own messages, and what a container or host usually does to cause them.
+_HINTS = (
+    (
+        ("new namespace", "unshare user ns", "setting up uid map"),
+        "user namespaces are refused: Docker's default seccomp profile, the AppArmor "
+        "restriction of Ubuntu >= 23.10 (kernel.apparmor_restrict_unprivileged_userns) or the "
+        "kernel (user.max_user_namespaces=0)",
+    ),
+    (
+        ("Can't mount proc",),
+        "a fresh /proc is refused because the container's /proc has masked paths (Docker: "
+        "--security-opt systempaths=unconfined; Kubernetes: procMount: Unmasked, hostUsers: false)",
+    ),
+    (
+        ("make / slave", "Failed to mount", "Permission denied"),
+        "mounts are refused, usually by Docker's docker-default AppArmor profile or by SELinux",
+    ),
+)
+DOCS_HINT = "see docs/deployment.md#troubleshooting"
+
+
+def refusal_hint(problem: str) -> str:
+    """What probably causes `problem` and where the fix is documented."""
+    for needles, cause in _HINTS:
+        if any(needle in problem for needle in needles):
+            return f"; likely cause: {cause}; {DOCS_HINT}"
+    return f"; {DOCS_HINT}"
 
 
 def isolation_for(settings: Settings) -> Isolation:
