@@ -104,6 +104,7 @@ def test_app_services_can_run_the_sandbox(compose: dict[str, Any]) -> None:
         assert any(o.startswith("apparmor=") for o in options)  # docker-default denies mount
         assert "no-new-privileges:true" in options
         assert not {"privileged", "cap_add", "user"} & set(service), name  # the image's uid
+    assert "security_opt" not in compose["services"]["migrate"]  # runs no code tools
 
 
 def test_db_environment_is_postgres_variables(compose: dict[str, Any]) -> None:
