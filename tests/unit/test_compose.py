@@ -107,6 +107,17 @@ def test_app_services_can_run_the_sandbox(compose: dict[str, Any]) -> None:
     assert "security_opt" not in compose["services"]["migrate"]  # runs no code tools
 
 
+def test_app_services_outlive_their_shutdown_grace(compose: dict[str, Any]) -> None:
+    """Docker kills a container `stop_grace_period` after SIGTERM (default 10 s)."""
+    for name in ("api", "worker"):
+        service = compose["services"][name]
+        configured = environment(service).get("SHUTDOWN_GRACE_SECONDS")
+        grace = float(configured or Settings.model_fields["shutdown_grace_seconds"].default)
+        period = re.fullmatch(r"(\d+)s", service["stop_grace_period"])
+        assert period, service["stop_grace_period"]
+        assert int(period.group(1)) >= grace + 10, name
+
+
 def test_db_environment_is_postgres_variables(compose: dict[str, Any]) -> None:
     unknown = set(environment(compose["services"]["db"])) - POSTGRES_VARS
     assert not unknown, sorted(unknown)
