@@ -19,6 +19,7 @@ from app.api.request_id import RequestId
 from app.api.routes import (
     agents,
     approvals,
+    audit,
     chat,
     files,
     health,
@@ -117,6 +118,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         tools,
         policies,
         approvals,
+        audit,
         memory,
         health,
     ):

@@ -41,6 +41,7 @@ from app.core.errors import SessionBusyError
 from app.core.events import RunCancelledEvent, RunInterruptedEvent, RunQueuedEvent
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.queue.event_log import emit_unleased
+from app.queue.run_audit import run_cancelled, run_posted
 from app.queue.sql import query
 
 IfBusy = Literal["enqueue", "reject", "interrupt", "steer", "collect"]
@@ -146,7 +147,7 @@ async def post_message(
     mode = if_busy or await if_busy_of(s, lane.agent_id)
     live = await _live_runs(s, lane.session_id)
     if not live or mode == "enqueue":
-        return await _queued(s, principal, lane, {"message": message})
+        return await _queued(s, principal, lane, {"message": message}, mode)
     if mode == "reject":
         busy = next((r for r in live if r.status != "queued"), live[0])
         raise SessionBusyError(lane.session_key, busy.id, busy.status)
@@ -207,9 +208,12 @@ async def insert_run(
     not_before_seconds: float | None = None,
     parent_run_id: UUID | None = None,
     deadline_seconds: float | None = None,
+    if_busy: str | None = None,
 ) -> UUID:
-    """A new queued run at the end of the lane, with its `run.queued` event (claimable after
-    `not_before_seconds`; a sub-agent's: its parent, and its hard deadline from now)."""
+    """A new queued run at the end of the lane, with its `run.queued` event and its
+    `run.created` audit event (`if_busy`: the mode it was posted with; None for runs posted by
+    tools) (claimable after `not_before_seconds`; a sub-agent's: its parent, and its hard
+    deadline from now)."""
     values: dict[str, Any] = {
         "tenant_id": principal.tenant_id,
         "session_id": lane.session_id,
@@ -227,13 +231,24 @@ async def insert_run(
     await emit_unleased(
         s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=lane.session_key)]
     )
+    await run_posted(
+        s,
+        principal,
+        "run.created",
+        run_id,
+        agent_id=lane.agent_id,
+        session_key=lane.session_key,
+        if_busy=if_busy,
+        message=str(run_input.get("message", "")),
+        parent_run_id=parent_run_id,
+    )
     return run_id
 
 
 async def _queued(
-    s: AsyncSession, principal: Principal, lane: Lane, run_input: dict[str, Any]
+    s: AsyncSession, principal: Principal, lane: Lane, run_input: dict[str, Any], mode: IfBusy
 ) -> Posted:
-    run_id = await insert_run(s, principal, lane, run_input)
+    run_id = await insert_run(s, principal, lane, run_input, if_busy=mode)
     return Posted(run_id=run_id, session_key=lane.session_key, status="queued")
 
 
@@ -258,7 +273,7 @@ async def _interrupt(
     running one is asked to cancel (its worker stops it within seconds and finishes it
     `cancelled`); one already stopping is left alone (it was interrupted or cancelled before).
     The new run is queued behind the stopping run only, so it runs next."""
-    posted = await _queued(s, principal, lane, {"message": message})
+    posted = await _queued(s, principal, lane, {"message": message}, "interrupt")
     interrupted = RunInterruptedEvent(by_run_id=posted.run_id)
     for run in live:
         status = await _lock_run(s, run.id)
@@ -268,9 +283,25 @@ async def _interrupt(
                 await close_approvals(s, run.id, INTERRUPTED_REASON)
                 cancelled = RunCancelledEvent(reason=INTERRUPTED_REASON)
                 await emit_unleased(s, run.id, principal.tenant_id, [cancelled])
+                await run_cancelled(
+                    s,
+                    principal,
+                    run.id,
+                    stopping=False,
+                    reason=INTERRUPTED_REASON,
+                    by_run_id=posted.run_id,
+                )
         elif status == "running":
             await emit_unleased(s, run.id, principal.tenant_id, [interrupted])
             await s.execute(query("request_cancel_running"), {"run_id": run.id})
+            await run_cancelled(
+                s,
+                principal,
+                run.id,
+                stopping=True,
+                reason=INTERRUPTED_REASON,
+                by_run_id=posted.run_id,
+            )
     return posted
 
 
@@ -286,8 +317,18 @@ async def _steer(
                 text("SELECT agent_runtime_deliver(:run_id, 'steer', NULL, :message, '{}')"),
                 {"run_id": run.id, "message": message},
             )
+            await run_posted(
+                s,
+                principal,
+                "run.steered",
+                run.id,
+                agent_id=lane.agent_id,
+                session_key=lane.session_key,
+                if_busy="steer",
+                message=message,
+            )
             return Posted(run_id=run.id, session_key=lane.session_key, status="steered")
-    return await _queued(s, principal, lane, {"message": message})
+    return await _queued(s, principal, lane, {"message": message}, "steer")
 
 
 async def _collect(
@@ -308,9 +349,21 @@ async def _collect(
             {"run_id": tail.id, "message": message, "window": window_seconds},
         )
         if merged is not None:
+            await run_posted(
+                s,
+                principal,
+                "run.collected",
+                merged,
+                agent_id=lane.agent_id,
+                session_key=lane.session_key,
+                if_busy="collect",
+                message=message,
+            )
             return Posted(
                 run_id=merged, session_key=lane.session_key, status="collected", merged=True
             )
     run_input = {"message": message, "messages": [message], "collect": True}
-    run_id = await insert_run(s, principal, lane, run_input, not_before_seconds=window_seconds)
+    run_id = await insert_run(
+        s, principal, lane, run_input, not_before_seconds=window_seconds, if_busy="collect"
+    )
     return Posted(run_id=run_id, session_key=lane.session_key, status="collected")

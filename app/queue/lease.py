@@ -36,6 +36,7 @@ from app.core.failpoints import CHILD_FINISH_AFTER_COMMIT, CHILD_FINISH_BEFORE_C
 from app.db.engine import Database
 from app.queue.event_log import insert_events
 from app.queue.manager import ClaimedRun
+from app.queue.run_audit import run_failed
 from app.queue.sql import query
 
 
@@ -164,7 +165,8 @@ class LeasedRun:
         error: dict[str, Any] | None = None,
         closing: Callable[[FencedWrite], Awaitable[list[RunEvent]]] | None = None,
     ) -> None:
-        """End the run (completed/failed/cancelled) with its terminal event, atomically.
+        """End the run (completed/failed/cancelled) with its terminal event (and, failed, its
+        `run.failed` audit event), atomically.
 
         `closing` writes a feature's last rows in the same transaction (e.g. results for calls
         cut short); the events it returns are stored before the terminal event."""
@@ -192,6 +194,8 @@ class LeasedRun:
             )
             if finished is None:
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
+            if status == "failed":
+                await run_failed(w.session, self.run.principal, self.run.id, error)
             failpoint(CHILD_FINISH_BEFORE_COMMIT)
         failpoint(CHILD_FINISH_AFTER_COMMIT)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Float, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -41,6 +41,7 @@ from app.queue.busy import (
     retry_contended,
 )
 from app.queue.event_log import emit_unleased
+from app.queue.run_audit import run_cancelled, run_failed, tool_executed
 from app.queue.sql import query
 
 
@@ -109,15 +110,43 @@ def new_session_key() -> str:
     return f"s_{secrets.token_urlsafe(16)}"
 
 
-async def interrupt_started_calls(s: AsyncSession, run_id: UUID, reason: str) -> None:
+async def interrupt_started_calls(
+    s: AsyncSession, principal: Principal, run_id: UUID, reason: str
+) -> None:
     """A run given up on mid-call: its calls left `started` by a dead worker become `interrupted`
     (no attempt will record their outcome; this is where `GET /runs/{id}/tools` shows which call
-    was in flight when the worker died)."""
-    await s.execute(
+    was in flight when the worker died), each with its `tool.executed` audit event."""
+    rows = await s.execute(
         update(ToolExecution)
         .where(ToolExecution.run_id == run_id, ToolExecution.status == "started")
         .values(status="interrupted", error={"message": reason}, finished_at=func.now())
+        .returning(
+            ToolExecution.id,
+            ToolExecution.tool_call_id,
+            ToolExecution.name,
+            ToolExecution.args,
+            execution_ms(),
+        )
     )
+    for row in rows.all():
+        await tool_executed(
+            s,
+            principal,
+            run_id=run_id,
+            execution_id=row[0],
+            tool_call_id=row[1],
+            name=row[2],
+            args=row[3],
+            outcome="interrupted",
+            duration_ms=row[4],
+        )
+
+
+def execution_ms() -> ColumnElement[float]:
+    """A `tool_executions` row's duration in milliseconds (its `started_at` to `finished_at`),
+    for a RETURNING clause of the statement that finishes it."""
+    elapsed = ToolExecution.finished_at - ToolExecution.started_at
+    return cast(func.extract("epoch", elapsed) * 1000, Float)
 
 
 async def _close_approvals(s: AsyncSession, run_id: UUID, user_id: str) -> None:
@@ -301,8 +330,10 @@ class RunQueue:
                 await emit_unleased(
                     s, run_id, principal.tenant_id, [RunCancelledEvent(reason="cancelled")]
                 )
+                await run_cancelled(s, principal, run_id, stopping=False, reason="cancelled")
                 return "cancelled"
             if await s.scalar(query("request_cancel_running"), {"run_id": run_id}) is not None:
+                await run_cancelled(s, principal, run_id, stopping=True, reason="cancelled")
                 return "running"
             status = await s.scalar(select(Run.status).where(Run.id == run_id))
         if status is None:
@@ -398,9 +429,10 @@ class RunQueue:
             )
             if failed is None:
                 return False
-            await interrupt_started_calls(s, run.id, error["message"])
+            await interrupt_started_calls(s, run.principal, run.id, error["message"])
             event = RunFailedEvent(error=EventError.model_validate(error))
             await emit_unleased(s, run.id, run.tenant_id, [event])
+            await run_failed(s, run.principal, run.id, error)
         return True
 
     async def wake_overdue(self) -> list[UUID]:

@@ -23,6 +23,7 @@ from app.core.events.base import EventError
 from app.db.engine import Database
 from app.queue.busy import close_approvals
 from app.queue.event_log import emit_unleased
+from app.queue.run_audit import run_cancelled, run_failed
 from app.queue.sql import query
 
 SWEEP_USER = "agent-runtime:subagent-sweep"
@@ -37,9 +38,8 @@ async def fail_overdue(db: Database) -> list[UUID]:
         found = (await s.execute(query("overdue_runs"))).all()
     failed: list[UUID] = []
     for run_id, tenant_id in found:
-        async with db.tenant(
-            Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
-        ) as s:
+        sweeper = Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
+        async with db.tenant(sweeper) as s:
             done = await s.scalar(
                 query("fail_overdue"), {"run_id": run_id, "message": DEADLINE_MESSAGE}
             )
@@ -48,6 +48,7 @@ async def fail_overdue(db: Database) -> list[UUID]:
             await close_approvals(s, run_id, DEADLINE_MESSAGE)
             error = EventError(code="run_timeout", message=DEADLINE_MESSAGE)
             await emit_unleased(s, run_id, tenant_id, [RunFailedEvent(error=error)])
+            await run_failed(s, sweeper, run_id, error.model_dump())
         failed.append(run_id)
     return failed
 
@@ -58,15 +59,17 @@ async def cancel_orphans(db: Database) -> list[UUID]:
         found = (await s.execute(query("orphaned_runs"))).all()
     changed: list[UUID] = []
     for run_id, tenant_id in found:
-        async with db.tenant(
-            Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
-        ) as s:
+        sweeper = Principal(user_id=SWEEP_USER, tenant_id=tenant_id, role="service")
+        async with db.tenant(sweeper) as s:
             if await s.scalar(query("cancel_orphan"), {"run_id": run_id}) is not None:
                 await close_approvals(s, run_id, PARENT_CANCELLED)
                 await emit_unleased(
                     s, run_id, tenant_id, [RunCancelledEvent(reason=PARENT_CANCELLED)]
                 )
-            elif await s.scalar(query("request_cancel_running"), {"run_id": run_id}) is None:
+                await run_cancelled(s, sweeper, run_id, stopping=False, reason=PARENT_CANCELLED)
+            elif await s.scalar(query("request_cancel_running"), {"run_id": run_id}) is not None:
+                await run_cancelled(s, sweeper, run_id, stopping=True, reason=PARENT_CANCELLED)
+            else:
                 continue
         changed.append(run_id)
     return changed

@@ -25,6 +25,8 @@ from app.core.events import RunEvent, ToolCompletedEvent, ToolFailedEvent, ToolS
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult, load_message
 from app.db.models import SessionMessage, ToolApproval, ToolExecution
 from app.queue.lease import FencedWrite, LeasedRun
+from app.queue.manager import execution_ms
+from app.queue.run_audit import tool_executed
 from app.runtime.transcript_store import insert_messages
 
 
@@ -129,6 +131,18 @@ async def tool_refused(
             {"status": "failed", "error": {"message": error}, "finished_at": func.now()},
             approval_id=approval_id,
         )
+        await tool_executed(
+            w.session,
+            w.run.principal,
+            run_id=w.run.id,
+            execution_id=event.execution_id,
+            tool_call_id=call.id,
+            name=call.name,
+            args=call.args,
+            outcome="failed",
+            duration_ms=None,
+            refused=True,
+        )
     return result
 
 
@@ -164,22 +178,35 @@ async def tool_finished(
     async with leased.write([event]) as w:
         if in_transcript:
             await insert_messages(w, [result])
-        execution_id = await w.session.scalar(
-            update(ToolExecution)
-            .where(
-                ToolExecution.run_id == w.run.id,
-                ToolExecution.tool_call_id == result.tool_call_id,
+        row = (
+            await w.session.execute(
+                update(ToolExecution)
+                .where(
+                    ToolExecution.run_id == w.run.id,
+                    ToolExecution.tool_call_id == result.tool_call_id,
+                )
+                .values(
+                    status=status,
+                    result=result.result if result.ok else None,
+                    error=None if result.ok else {"message": result.error},
+                    finished_at=func.now(),
+                )
+                .returning(ToolExecution.id, ToolExecution.args, execution_ms())
             )
-            .values(
-                status=status,
-                result=result.result if result.ok else None,
-                error=None if result.ok else {"message": result.error},
-                finished_at=func.now(),
+        ).one_or_none()
+        if row is not None:  # always, for a call `tool_started` recorded
+            event.execution_id = row[0]
+            await tool_executed(
+                w.session,
+                w.run.principal,
+                run_id=w.run.id,
+                execution_id=row[0],
+                tool_call_id=result.tool_call_id,
+                name=result.name,
+                args=row[1],
+                outcome=status,
+                duration_ms=row[2],
             )
-            .returning(ToolExecution.id)
-        )
-        if execution_id is not None:  # always, for a call `tool_started` recorded
-            event.execution_id = execution_id
 
 
 async def executions_of(
@@ -224,18 +251,43 @@ async def close_open_calls(w: FencedWrite, error: str = CANCELLED_RESULT) -> lis
         for call in open_calls.values()
     ]
     await insert_messages(w, results)
+    # Calls cut short while running were executed (in part): audited; ones awaiting approval not.
+    running = set(
+        await w.session.scalars(
+            select(ToolExecution.tool_call_id).where(
+                ToolExecution.run_id == w.run.id, ToolExecution.status == "started"
+            )
+        )
+        if open_calls
+        else ()
+    )
     events: list[RunEvent] = []
     for call in open_calls.values():
-        execution_id = await w.session.scalar(
-            update(ToolExecution)
-            .where(
-                ToolExecution.run_id == w.run.id,
-                ToolExecution.tool_call_id == call.id,
-                ToolExecution.status.in_(("started", "awaiting_approval")),
+        row = (
+            await w.session.execute(
+                update(ToolExecution)
+                .where(
+                    ToolExecution.run_id == w.run.id,
+                    ToolExecution.tool_call_id == call.id,
+                    ToolExecution.status.in_(("started", "awaiting_approval")),
+                )
+                .values(status="failed", error={"message": error}, finished_at=func.now())
+                .returning(ToolExecution.id, execution_ms())
             )
-            .values(status="failed", error={"message": error}, finished_at=func.now())
-            .returning(ToolExecution.id)
-        )
+        ).one_or_none()
+        execution_id = None if row is None else row[0]
+        if row is not None and call.id in running:
+            await tool_executed(
+                w.session,
+                w.run.principal,
+                run_id=w.run.id,
+                execution_id=execution_id,
+                tool_call_id=call.id,
+                name=call.name,
+                args=call.args,
+                outcome="failed",
+                duration_ms=row[1],
+            )
         events.append(
             ToolFailedEvent(
                 tool_call_id=call.id, name=call.name, error=error, execution_id=execution_id

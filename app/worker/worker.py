@@ -380,7 +380,9 @@ class Worker:
         error = worker_crashed_error(leased.run.lease_expiries, self.settings.max_run_attempts)
         log.warning("run's worker stopped too often; giving up", run_id=str(leased.run.id), **error)
         async with leased.write() as w:
-            await interrupt_started_calls(w.session, leased.run.id, error["message"])
+            await interrupt_started_calls(
+                w.session, leased.run.principal, leased.run.id, error["message"]
+            )
         await leased.finish("failed", error=error)
 
     async def _hand_back_after_db_error(self, leased: LeasedRun, exc: Exception) -> None:
