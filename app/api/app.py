@@ -24,6 +24,7 @@ from app.api.routes import (
     health,
     memory,
     policies,
+    provider_keys,
     runs,
     sessions,
     stream,
@@ -117,6 +118,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         tools,
         policies,
         approvals,
+        provider_keys,
         memory,
         health,
     ):
