@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Response
 from app.api.deps import AdminPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
 from app.api.provider_key_schemas import ProviderKeyBody, ProviderKeyInfo, ProviderKeyList
-from app.api.schemas import error_responses
+from app.api.schemas import ErrorResponse, error_responses
 from app.runtime.provider_endpoints import EndpointRefusedError, check_endpoint
 from app.tenants import provider_keys as store
 from app.tenants.crypto import SecretsKeyError, keyring_from_settings
@@ -25,6 +25,15 @@ ProviderPath = Annotated[
     store.Provider, Path(description="`gemini` (gemini-* models) or `openai` (openai:<model>).")
 ]
 SECRETS_KEY_MISSING = "secrets_key_missing"
+_ADMIN_ONLY: dict[int | str, dict[str, object]] = {
+    403: {"model": ErrorResponse, "description": "`forbidden_role`: owners and admins only."}
+}
+_NO_SECRETS_KEY: dict[int | str, dict[str, object]] = {
+    503: {
+        "model": ErrorResponse,
+        "description": "`secrets_key_missing`: the deployment has no SECRETS_KEY to encrypt with.",
+    }
+}
 
 
 def info(stored: store.ProviderKeyInfo) -> ProviderKeyInfo:
@@ -38,7 +47,9 @@ def info(stored: store.ProviderKeyInfo) -> ProviderKeyInfo:
     )
 
 
-@router.get("/provider-keys", response_model=ProviderKeyList, responses=error_responses(401, 403))
+@router.get(
+    "/provider-keys", response_model=ProviderKeyList, responses=error_responses(401) | _ADMIN_ONLY
+)
 async def list_provider_keys(principal: AdminPrincipal, db: DatabaseDep) -> ProviderKeyList:
     """The tenant's stored provider keys (last 4 characters only)."""
     async with db.tenant(principal) as s:
@@ -48,7 +59,7 @@ async def list_provider_keys(principal: AdminPrincipal, db: DatabaseDep) -> Prov
 @router.put(
     "/provider-keys/{provider}",
     response_model=ProviderKeyInfo,
-    responses=error_responses(400, 401, 403, 415, 422, 503),
+    responses=error_responses(400, 401, 415, 422) | _ADMIN_ONLY | _NO_SECRETS_KEY,
 )
 async def put_provider_key(
     principal: AdminPrincipal,
@@ -85,7 +96,7 @@ async def put_provider_key(
 
 
 @router.delete(
-    "/provider-keys/{provider}", status_code=204, responses=error_responses(401, 403, 404)
+    "/provider-keys/{provider}", status_code=204, responses=error_responses(401, 404) | _ADMIN_ONLY
 )
 async def delete_provider_key(
     principal: AdminPrincipal, db: DatabaseDep, provider: ProviderPath
