@@ -141,15 +141,26 @@ def key_file(settings: Settings) -> Path:
     return settings.agent_runtime_data_dir / KEY_FILE
 
 
-def keyring_from_settings(settings: Settings) -> Keyring | None:
-    """The keyring of `SECRETS_KEY`; on the embedded database without it, the generated one;
-    None with DATABASE_URL and no SECRETS_KEY. Every key is registered with the log masker."""
+def secrets_key_text(settings: Settings) -> str | None:
+    """SECRETS_KEY; on the embedded database without it, the generated key (created on first
+    use); None with DATABASE_URL and no SECRETS_KEY.
+
+    Processes started on the embedded database resolve this before they replace DATABASE_URL
+    with the embedded server's URL (`serve` hands it to its children as SECRETS_KEY).
+    """
     configured = settings.secrets_key.get_secret_value().strip() if settings.secrets_key else ""
     if configured:
-        text = configured
-    elif settings.database_url is None:
-        text = ensure_secret_file(key_file(settings), generate_entry)
-    else:
+        return configured
+    if settings.database_url is None:
+        return ensure_secret_file(key_file(settings), generate_entry)
+    return None
+
+
+def keyring_from_settings(settings: Settings) -> Keyring | None:
+    """The keyring of `secrets_key_text(settings)` (None without one). Every key is registered
+    with the log masker."""
+    text = secrets_key_text(settings)
+    if text is None:
         return None
     for entry in text.split(","):
         register_secret(entry.strip().rpartition(":")[2])

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from app.cli.server_commands import with_secrets_key
 from app.config import Settings
 from app.logging import redact_text
+from app.serve import child_env
 from app.tenants.crypto import (
     KEY_FILE,
     Keyring,
@@ -129,3 +131,21 @@ def test_a_real_database_without_secrets_key_has_no_keyring(tmp_path: Path) -> N
     ring = keyring_from_settings(configured)
     assert ring is not None and ring.key_ids == ["kid2", "kid1"]
     assert redact_text(f"{B1} {B2}") == "*** ***"
+
+
+def test_processes_on_the_embedded_database_carry_the_generated_key(tmp_path: Path) -> None:
+    """`api`/`worker` resolve the key before DATABASE_URL becomes the embedded server's URL, and
+    `serve` hands it to its children, so every process seals and opens with the same key."""
+    embedded = Settings(_env_file=None, database_url=None, agent_runtime_data_dir=tmp_path)  # type: ignore[call-arg]
+    resolved = with_secrets_key(embedded)
+    assert resolved.secrets_key is not None
+    text = resolved.secrets_key.get_secret_value()
+    assert text == (tmp_path / KEY_FILE).read_text().strip()
+    child = resolved.model_copy(update={"database_url": "postgresql://embedded/x"})
+    ring = keyring_from_settings(child)
+    assert ring is not None and ring.key_ids == [text.partition(":")[0]]
+    env = child_env(embedded, "postgresql://embedded/x", "jwt", embedded=True, secrets_key=text)
+    assert env["SECRETS_KEY"] == text
+    external = embedded.model_copy(update={"database_url": "postgresql://db/x"})
+    assert with_secrets_key(external).secrets_key is None
+    assert "SECRETS_KEY" not in child_env(external, "postgresql://db/x", "jwt")
