@@ -75,7 +75,6 @@ class TenantModels:
         cached = self._tenants.get(tenant)
         if cached is not None and cached[0] == digest:
             return cached[1]
-        self._drop(tenant)
         credentials: dict[str, ProviderCredentials] = {}
         for provider, entry in stored.items():
             base_url = entry.base_url
@@ -87,6 +86,10 @@ class TenantModels:
                         ENDPOINT_REFUSED, f"the tenant's {provider} base URL is refused: {exc}"
                     ) from None
             credentials[provider] = ProviderCredentials(entry.api_key, base_url)
+        cached = self._tenants.get(tenant)
+        if cached is not None and cached[0] == digest:
+            return cached[1]  # a concurrent run of the tenant built it meanwhile
+        self._drop(tenant)
         registry = ModelRegistry.from_settings(with_credentials(self.settings, credentials))
         self._tenants[tenant] = (digest, registry)
         return registry
