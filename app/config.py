@@ -375,6 +375,17 @@ class Settings(BaseSettings):
         description="Unprivileged uid and gid sandboxes run as when the server runs as root.",
     )
 
+    # Tenant secrets at rest (app/tenants/crypto.py): tenants' own provider keys.
+    secrets_key: SecretStr | None = Field(
+        default=None,
+        description="AES-256-GCM keys that encrypt tenants' provider keys: `kid:base64` entries "
+        "(32 random bytes each, e.g. `openssl rand -base64 32`), comma-separated; the first "
+        "encrypts, all decrypt (rotation: put the new key first, run `agent-runtime secrets "
+        "reencrypt`, then drop the old one). A bare base64 key gets an id from its hash. Unset: "
+        "generated into AGENT_RUNTIME_DATA_DIR/secrets-key on the embedded database; with "
+        "DATABASE_URL, tenants cannot store keys until it is set.",
+    )
+
     # Model providers (app/llm). Keys are SecretStr: never printed, logged or put in errors.
     gemini_api_key: SecretStr | None = Field(
         default=None, description="Gemini API key: enables `gemini-*` models (AI Studio)."

@@ -300,7 +300,12 @@ def child_specs(settings: Settings) -> list[ChildSpec]:
 
 
 def child_env(
-    settings: Settings, database_url: str, jwt_secret: str, *, embedded: bool = False
+    settings: Settings,
+    database_url: str,
+    jwt_secret: str,
+    *,
+    embedded: bool = False,
+    secrets_key: str | None = None,
 ) -> dict[str, str]:
     """The children's environment: ours plus everything `serve` resolved.
 
@@ -316,6 +321,8 @@ def child_env(
         "PORT": str(settings.port),
         "AGENT_RUNTIME_DATA_DIR": str(settings.agent_runtime_data_dir.resolve()),
     }
+    if secrets_key is not None:  # the generated one on the embedded database (or SECRETS_KEY)
+        env["SECRETS_KEY"] = secrets_key
     if localhost_cors_by_default(settings, embedded=embedded):
         env["CORS_ALLOW_LOCALHOST"] = "true"
     if embedded and not settings.supabase_jwt_secret and "WORKBENCH_DEV_SIGN_IN" not in os.environ:
@@ -355,6 +362,9 @@ def serve(settings: Settings) -> int:
             file=sys.stderr,
         )
         return 1
+    from app.tenants.crypto import secrets_key_text
+
+    secrets_key = secrets_key_text(settings)  # before DATABASE_URL names the embedded server
     url, pg = resolve_database(settings)
     try:
         revision = migrate(url)
@@ -363,7 +373,7 @@ def serve(settings: Settings) -> int:
         register_secret(secret)
         supervisor = Supervisor(
             specs=child_specs(settings),
-            env=child_env(settings, url, secret, embedded=pg is not None),
+            env=child_env(settings, url, secret, embedded=pg is not None, secrets_key=secrets_key),
             stop_timeout=settings.shutdown_grace_seconds + STOP_SLACK_SECONDS,
         )
         supervisor.install_signal_handlers()

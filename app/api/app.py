@@ -25,6 +25,7 @@ from app.api.routes import (
     health,
     memory,
     policies,
+    provider_keys,
     runs,
     sessions,
     stream,
@@ -119,6 +120,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         policies,
         approvals,
         audit,
+        provider_keys,
         memory,
         health,
     ):

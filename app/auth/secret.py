@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from app.config import Settings
@@ -30,15 +31,22 @@ def ensure_jwt_secret(settings: Settings) -> str:
     """`settings.supabase_jwt_secret` if set; else the local secret, created on first use."""
     if settings.supabase_jwt_secret:
         return settings.supabase_jwt_secret
-    path = secret_path(settings)
+    return ensure_secret_file(secret_path(settings), lambda: secrets.token_urlsafe(48))
+
+
+def ensure_secret_file(path: Path, generate: Callable[[], str]) -> str:
+    """The secret stored in `path` (mode 0600), created from `generate()` on first use.
+
+    Used for every secret generated on this machine (the JWT secret, the secrets key).
+    """
     existing = _read(path)
     if existing:
         return existing
     path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
+    secret = generate()
     # Write a private temp file, then link it into place: readers never see a partial file and
     # two processes racing to create it agree on the one that won.
-    tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
@@ -53,7 +61,7 @@ def ensure_jwt_secret(settings: Settings) -> str:
             tmp.unlink()
     winner = _read(path)
     if not winner:
-        raise RuntimeError(f"could not create the JWT secret file {path}")
+        raise RuntimeError(f"could not create the secret file {path}")
     return winner
 
 
@@ -63,5 +71,5 @@ def _read(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     if path.stat().st_mode & 0o077:
-        path.chmod(0o600)  # someone loosened it; a signing key is for this user only
+        path.chmod(0o600)  # someone loosened it; a generated secret is for this user only
     return text or None

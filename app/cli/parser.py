@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from app.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, CliError
 from app.cli.run_command import cmd_run
+from app.cli.secrets_command import cmd_secrets_reencrypt
 from app.cli.server_commands import cmd_api, cmd_migrate, cmd_serve, cmd_worker
 from app.cli.token_command import cmd_token
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_migrate(sub)
     _add_token(sub)
     _add_run(sub)
+    _add_secrets(sub)
     return parser
 
 
@@ -122,6 +124,25 @@ def _add_migrate(sub: _Subparsers) -> None:
         description="Apply every pending migration to DATABASE_URL (or the embedded Postgres).",
     )
     p.set_defaults(handler=cmd_migrate)
+
+
+def _add_secrets(sub: _Subparsers) -> None:
+    p = sub.add_parser(
+        "secrets",
+        help="manage tenant secrets at rest (SECRETS_KEY)",
+        description="Tenant secrets (provider keys) are encrypted with SECRETS_KEY's first key.",
+    )
+    actions = p.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
+    reencrypt = actions.add_parser(
+        "reencrypt",
+        help="re-encrypt every stored secret under SECRETS_KEY's first key",
+        description=(
+            "Re-encrypt every tenant's stored provider keys under the first key of SECRETS_KEY "
+            "(as the database owner, across tenants). Idempotent; prints the counts. Rotate: put "
+            "the new key first, run this, then remove the old key."
+        ),
+    )
+    reencrypt.set_defaults(handler=cmd_secrets_reencrypt)
 
 
 def _add_token(sub: _Subparsers) -> None:

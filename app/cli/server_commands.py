@@ -11,6 +11,19 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
+def with_secrets_key(settings: Settings) -> Settings:
+    """`settings` with SECRETS_KEY resolved (on the embedded database: the generated key), before
+    DATABASE_URL is replaced by the embedded server's URL."""
+    from pydantic import SecretStr
+
+    from app.tenants.crypto import secrets_key_text
+
+    text = secrets_key_text(settings)
+    return (
+        settings if text is None else settings.model_copy(update={"secrets_key": SecretStr(text)})
+    )
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     """`serve`: see `app.serve`."""
     from app.serve import serve
@@ -29,6 +42,7 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
     from app.logging import register_database_url, register_secret
     from app.serve import database, require_migrated
 
+    settings = with_secrets_key(settings)
     with database(settings) as url:
         require_migrated(url)
         secret = ensure_jwt_secret(settings)
@@ -51,6 +65,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.serve import database, require_migrated
     from app.worker.main import run_worker
 
+    settings = with_secrets_key(settings)
     with database(settings) as url:
         require_migrated(url)
         register_database_url(url)

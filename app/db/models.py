@@ -383,3 +383,20 @@ class AuditEvent(Base):
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
     request_id: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
+
+
+class TenantProviderKey(Base):
+    """A tenant's own API key (and endpoint) for one model provider, AES-GCM encrypted."""
+
+    __tablename__ = "tenant_provider_keys"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    provider: Mapped[str] = mapped_column(Text, primary_key=True)
+    """`gemini` or `openai`."""
+    key_id: Mapped[str] = mapped_column(Text)
+    """The SECRETS_KEY entry that encrypted it."""
+    nonce: Mapped[bytes] = mapped_column(LargeBinary)
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    last4: Mapped[str] = mapped_column(Text)
+    base_url: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()

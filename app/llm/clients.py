@@ -3,7 +3,8 @@
 `execute_run` may build a `ModelRegistry` per run; the provider clients behind it are kept here,
 one per (event loop, configuration), and built on first use inside a running loop (an SDK's
 HTTP connection pool belongs to the loop it was created on). The clients of loops that have
-closed are dropped the next time a client is asked for.
+closed are dropped the next time a client is asked for; `SharedClient.forget` drops a
+configuration's clients at once (a tenant's, when its keys change).
 """
 
 from __future__ import annotations
@@ -39,3 +40,8 @@ class SharedClient(Generic[T]):
         if client is None:
             client = per_loop[self._key] = self._build()
         return client
+
+    def forget(self) -> None:
+        """Drop this configuration's clients in every loop (runs holding one keep it)."""
+        for per_loop in _CLIENTS.values():
+            per_loop.pop(self._key, None)

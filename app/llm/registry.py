@@ -8,16 +8,20 @@ resolves like any other name.
 Which providers exist depends on the settings: `offline` always; `gemini-*` and
 `models/gemini-*` with a Gemini API key or Vertex AI settings (`gemini.py`); `openai:*` with an
 OpenAI key or base URL (`openai_compat.py`). A name of an unconfigured provider fails with
-`ModelUnavailableError` saying which settings would enable it.
+`ModelUnavailableError` saying which settings would enable it. A tenant's own keys come in as
+settings too (`credentials.with_credentials`); `release` drops such a registry's SDK clients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from app.config import Settings
 from app.llm import gemini, openai_compat
 from app.llm.base import Model, ModelError
+from app.llm.clients import SharedClient
 from app.llm.offline import OfflineModel
 from app.llm.retry import RetryPolicy
 
@@ -44,6 +48,7 @@ class ModelRegistry:
         self._prefixes: dict[str, ModelFactory] = {}
         self._hints: dict[str, str] = {}
         self._cache: dict[str, Model] = {}
+        self._clients: list[SharedClient[Any]] = []
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelRegistry:
@@ -57,11 +62,25 @@ class ModelRegistry:
                 registry.register_prefix(prefix, gemini_models)
             else:
                 registry.hint(prefix, gemini.HINT)
+        if gemini_models is not None:
+            registry._own(gemini_models)
         if openai_compat.configured(settings):
-            registry.register_prefix(openai_compat.PREFIX, openai_compat.factory(settings, policy))
+            openai_models = openai_compat.factory(settings, policy)
+            registry.register_prefix(openai_compat.PREFIX, openai_models)
+            registry._own(openai_models)
         else:
             registry.hint(openai_compat.PREFIX, openai_compat.HINT)
         return registry
+
+    def _own(self, factory: partial[Any]) -> None:
+        """Remember the shared client behind a provider's factory, for `release`."""
+        self._clients.append(factory.keywords["client"])
+
+    def release(self) -> None:
+        """Forget the SDK clients of this registry's providers (its configuration is gone)."""
+        for client in self._clients:
+            client.forget()
+        self._cache.clear()
 
     def register(self, name: str, factory: ModelFactory) -> None:
         """Serve exactly `name` with `factory`."""

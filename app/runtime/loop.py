@@ -51,6 +51,7 @@ from app.runtime.limits import (
 )
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
+from app.runtime.tenant_models import TenantModels
 from app.runtime.transcript_store import append_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
 
@@ -64,17 +65,22 @@ async def execute_run(
     leased: LeasedRun,
     *,
     settings: Settings,
-    models: ModelRegistry | None = None,
+    models: ModelRegistry | TenantModels | None = None,
     tools: ToolRegistry | None = None,
 ) -> None:
-    """Run the agent loop for `leased` to its end and finish the run completed or failed."""
-    models = models if models is not None else ModelRegistry.from_settings(settings)
+    """Run the agent loop for `leased` to its end and finish the run completed or failed.
+
+    `models`: a fixed registry, or `TenantModels` (the default) to use the run's tenant's own
+    provider keys where it stores them (`tenant_models`).
+    """
+    models = models if models is not None else TenantModels(settings)
     tools = tools if tools is not None else default_tool_registry(settings)
     log_ = log.bind(run_id=str(leased.run.id), attempt=leased.run.attempt)
     state: RunState | None = None
     try:
+        registry = await models.for_run(leased) if isinstance(models, TenantModels) else models
         state = await prepare_run(leased, settings=settings, tools=tools)
-        answer = await drive_in_time(state, models)
+        answer = await drive_in_time(state, registry)
     except ModelError as exc:
         failure = RunFailed(exc.code, exc.message)
     except RunFailed as exc:

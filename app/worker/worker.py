@@ -54,6 +54,7 @@ from app.queue.manager import (
 )
 from app.runtime.approval_gate import park_for_approval
 from app.runtime.loop import execute_run
+from app.runtime.tenant_models import TenantModels
 from app.runtime.tool_records import finish_cancelled
 from app.tools.approvals import AwaitingApproval
 from app.tools.base import AwaitingArrival
@@ -450,8 +451,9 @@ def agent_executor(
     catalog: ToolRegistry | None = None,
 ) -> Executor:
     """The agent loop, with one model registry (and its SDK clients) and one tool catalog shared
-    by all runs; each run gets the catalog filtered by its own policy (`tools_for_run`)."""
-    shared_models = models if models is not None else ModelRegistry.from_settings(settings)
+    by all runs; each run gets the catalog filtered by its own policy (`tools_for_run`), and the
+    models of its tenant's own provider keys where it stores them (`TenantModels`)."""
+    shared_models = TenantModels(settings, models)
     tools = catalog if catalog is not None else default_tool_registry(settings)
 
     async def execute(leased: LeasedRun) -> None:

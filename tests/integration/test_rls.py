@@ -90,6 +90,11 @@ INSERTS: dict[str, str] = {
     "run_inbox": (
         "INSERT INTO run_inbox (tenant_id, run_id, kind, text) VALUES (:tenant, :run, 'steer', :name)"
     ),
+    "tenant_provider_keys": (
+        "INSERT INTO tenant_provider_keys (tenant_id, provider, key_id, nonce, ciphertext, last4) "
+        "VALUES (:tenant, (ARRAY['gemini', 'openai'])[:n], 'k1', '\\x000000000000000000000000', "
+        "'\\x00', 'abcd')"
+    ),
 }
 TABLES = list(INSERTS)
 APPEND_ONLY = ["audit_events"]
