@@ -24,6 +24,7 @@ from app.api.routes import (
     health,
     memory,
     policies,
+    quotas,
     runs,
     sessions,
     stream,
@@ -38,6 +39,7 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tenants.quotas import QuotaDefaults
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +86,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
                 default_model=settings.default_model,
                 max_turns=settings.max_turns,
                 collect_window_seconds=settings.collect_window_seconds,
+                quotas=QuotaDefaults.from_settings(settings),
             ),
             hub=hub,
         )
@@ -118,6 +121,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         policies,
         approvals,
         memory,
+        quotas,
         health,
     ):
         _document_body_errors(module.router)
