@@ -278,6 +278,31 @@ class Settings(BaseSettings):
         description="ifBusy=collect: messages arriving within this window of the previous one "
         "are merged into one queued run, claimed once the window has passed.",
     )
+    quota_runs_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Runs a tenant may create per minute (a sliding 60-second window); over it "
+        "a post is answered 429 quota_exceeded. 0: unlimited. Per tenant: PUT /quotas.",
+    )
+    quota_active_runs: int = Field(
+        default=0,
+        ge=0,
+        description="Runs a tenant may have running or parked (awaiting approval, waiting) when "
+        "it posts a new one; over it: 429. 0: unlimited. Per tenant: PUT /quotas.",
+    )
+    quota_queued_runs: int = Field(
+        default=0,
+        ge=0,
+        description="Runs a tenant may have queued (not yet claimed); over it a post is answered "
+        "429. 0: unlimited. Per tenant: PUT /quotas.",
+    )
+    quota_tokens_per_day: int = Field(
+        default=0,
+        ge=0,
+        description="Model tokens (input + output) a tenant may use per UTC day: posts are "
+        "refused (429) once it is used up, and a run that finds it used up before a model call "
+        "fails with quota_exceeded. 0: unlimited. Per tenant: PUT /quotas.",
+    )
     approval_ttl_seconds: int = Field(
         default=3600,
         ge=1,

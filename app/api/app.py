@@ -26,6 +26,7 @@ from app.api.routes import (
     memory,
     policies,
     provider_keys,
+    quotas,
     runs,
     sessions,
     stream,
@@ -40,6 +41,7 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tenants.quotas import QuotaDefaults
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +88,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
                 default_model=settings.default_model,
                 max_turns=settings.max_turns,
                 collect_window_seconds=settings.collect_window_seconds,
+                quotas=QuotaDefaults.from_settings(settings),
             ),
             hub=hub,
         )
@@ -122,6 +125,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         audit,
         provider_keys,
         memory,
+        quotas,
         health,
     ):
         _document_body_errors(module.router)

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import ConflictError, NotFoundError, SessionBusyError
+from app.core.errors import ConflictError, NotFoundError, QuotaExceededError, SessionBusyError
 from app.queue.busy import LaneContendedError
 
 log = structlog.get_logger(__name__)
@@ -32,6 +32,7 @@ _CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "validation_error",
+    429: "quota_exceeded",
     503: "unavailable",
 }
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
@@ -179,6 +180,16 @@ async def _on_lane_contended(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_quota_exceeded(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, QuotaExceededError)
+    details = {"limit": exc.limit, "value": exc.value, "used": exc.used}
+    return JSONResponse(
+        error_body("quota_exceeded", exc.message, extra={"details": details}),
+        status_code=429,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error(
         "unhandled error",
@@ -198,4 +209,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ConflictError, _on_conflict)
     app.add_exception_handler(SessionBusyError, _on_session_busy)
     app.add_exception_handler(LaneContendedError, _on_lane_contended)
+    app.add_exception_handler(QuotaExceededError, _on_quota_exceeded)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -42,13 +42,25 @@ class ErrorDetail(ApiModel):
     type: str
 
 
+class QuotaDetails(ApiModel):
+    """Which quota a refused post went over (`quota_exceeded`)."""
+
+    limit: Literal["runsPerMinute", "activeRuns", "queuedRuns", "tokensPerDay"]
+    value: int = Field(description="The limit in force.")
+    used: int = Field(description="What counts against it now.")
+
+
 class ErrorInfo(ApiModel):
     """What went wrong."""
 
     code: str = Field(examples=["validation_error"])
     message: str = Field(examples=["message: String should have at least 1 character"])
     field: str | None = Field(default=None, examples=["message"])
-    details: list[ErrorDetail] | None = None
+    details: list[ErrorDetail] | QuotaDetails | None = Field(
+        default=None,
+        description="`validation_error`: each problem; `quota_exceeded`: the limit, its value "
+        "and what is used.",
+    )
     run_id: UUID | None = Field(default=None, description="`session_busy`: the session's live run.")
 
 
@@ -371,6 +383,7 @@ _BUSY_DESCRIPTION = (
 _ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body.",
     401: "Missing, invalid or expired bearer token (or the server has no JWT secret).",
+    403: "`forbidden_role`: only the tenant's owners and admins may do this.",
     404: "No such object for this tenant (another tenant's objects are 404 too).",
     409: "The request conflicts with the object's state.",
     413: "The request body is larger than 1 MiB.",
@@ -383,6 +396,23 @@ _ERROR_DESCRIPTIONS = {
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` entries for error statuses (all share `ErrorResponse`)."""
     return {c: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[c]} for c in codes}
+
+
+def quota_responses() -> dict[int | str, dict[str, Any]]:
+    """The 429 of a route that creates runs: over one of the tenant's quotas."""
+    return {
+        429: {
+            "model": ErrorResponse,
+            "description": "`quota_exceeded`: a new run would go over one of the tenant's quotas "
+            "(`details`: `limit`, `value`, `used`; docs/quotas.md).",
+            "headers": {
+                "Retry-After": {
+                    "description": "Seconds until trying again makes sense.",
+                    "schema": {"type": "integer"},
+                }
+            },
+        }
+    }
 
 
 def busy_responses() -> dict[int | str, dict[str, Any]]:

@@ -34,3 +34,16 @@ class SessionBusyError(ConflictError):
         self.session_key = session_key
         self.run_id = run_id
         self.status = status
+
+
+class QuotaExceededError(RuntimeError):
+    """A post over one of the tenant's quotas (rendered as 429 `quota_exceeded` with
+    `Retry-After`): `limit` names it, `value` is the limit, `used` what counts against it now."""
+
+    def __init__(self, limit: str, value: int, used: int, retry_after: int) -> None:
+        super().__init__(f"quota exceeded: {limit} is {value} and {used} are used")
+        self.limit = limit
+        self.value = value
+        self.used = used
+        self.retry_after = retry_after
+        self.message = str(self)

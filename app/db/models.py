@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Computed,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -400,3 +401,35 @@ class TenantProviderKey(Base):
     base_url: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class TenantQuota(Base):
+    """A tenant's overrides of the `QUOTA_*` settings (NULL: the deployment's default)."""
+
+    __tablename__ = "tenant_quotas"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    runs_per_minute: Mapped[int | None] = mapped_column(Integer)
+    active_runs: Mapped[int | None] = mapped_column(Integer)
+    queued_runs: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    updated_by: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = _now()
+
+
+class TenantUsageDaily(Base):
+    """A tenant's model tokens (and runs started) per UTC day."""
+
+    __tablename__ = "tenant_usage_daily"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    runs: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class TenantClaim(Base):
+    """When a tenant last had a run claimed (fair claiming; the worker role's bookkeeping)."""
+
+    __tablename__ = "tenant_claims"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    last_claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

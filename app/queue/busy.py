@@ -65,6 +65,8 @@ _LOCK_FAILURES = frozenset({"55P03", "40P01"})  # lock_not_available, deadlock_d
 _RETRIES = 50
 
 T = TypeVar("T")
+Admit = Callable[[], Awaitable[None]]
+"""Awaited before a post inserts a new run; raises to refuse it."""
 
 
 class LaneContendedError(Exception):
@@ -140,22 +142,26 @@ async def post_message(
     *,
     if_busy: IfBusy | None,
     collect_window_seconds: float,
+    admit: Admit | None = None,
 ) -> Posted:
     """Post `message` to the lane in the caller's tenant transaction, as `if_busy` (None: the
-    agent's setting) says. Raises SessionBusyError (`reject`), LaneContendedError (retry)."""
+    agent's setting) says. Raises SessionBusyError (`reject`), LaneContendedError (retry).
+
+    `admit` is awaited right before a new run is inserted (not when the message goes into a
+    live or collecting run): it raises to refuse the run (the tenant's quotas)."""
     await lock_session(s, lane.session_id)
     mode = if_busy or await if_busy_of(s, lane.agent_id)
     live = await _live_runs(s, lane.session_id)
     if not live or mode == "enqueue":
-        return await _queued(s, principal, lane, {"message": message}, mode)
+        return await _queued(s, principal, lane, {"message": message}, mode, admit)
     if mode == "reject":
         busy = next((r for r in live if r.status != "queued"), live[0])
         raise SessionBusyError(lane.session_key, busy.id, busy.status)
     if mode == "interrupt":
-        return await _interrupt(s, principal, lane, message, live)
+        return await _interrupt(s, principal, lane, message, live, admit)
     if mode == "steer":
-        return await _steer(s, principal, lane, message, live)
-    return await _collect(s, principal, lane, message, live, collect_window_seconds)
+        return await _steer(s, principal, lane, message, live, admit)
+    return await _collect(s, principal, lane, message, live, collect_window_seconds, admit)
 
 
 async def _live_runs(s: AsyncSession, session_id: UUID) -> list[_Live]:
@@ -246,8 +252,15 @@ async def insert_run(
 
 
 async def _queued(
-    s: AsyncSession, principal: Principal, lane: Lane, run_input: dict[str, Any], mode: IfBusy
+    s: AsyncSession,
+    principal: Principal,
+    lane: Lane,
+    run_input: dict[str, Any],
+    mode: IfBusy,
+    admit: Admit | None,
 ) -> Posted:
+    if admit is not None:
+        await admit()
     run_id = await insert_run(s, principal, lane, run_input, if_busy=mode)
     return Posted(run_id=run_id, session_key=lane.session_key, status="queued")
 
@@ -267,13 +280,18 @@ async def close_approvals(s: AsyncSession, run_id: UUID, reason: str) -> None:
 
 
 async def _interrupt(
-    s: AsyncSession, principal: Principal, lane: Lane, message: str, live: list[_Live]
+    s: AsyncSession,
+    principal: Principal,
+    lane: Lane,
+    message: str,
+    live: list[_Live],
+    admit: Admit | None,
 ) -> Posted:
     """Queue the new run, then stop every live run before it: idle ones are cancelled now, a
     running one is asked to cancel (its worker stops it within seconds and finishes it
     `cancelled`); one already stopping is left alone (it was interrupted or cancelled before).
     The new run is queued behind the stopping run only, so it runs next."""
-    posted = await _queued(s, principal, lane, {"message": message}, "interrupt")
+    posted = await _queued(s, principal, lane, {"message": message}, "interrupt", admit)
     interrupted = RunInterruptedEvent(by_run_id=posted.run_id)
     for run in live:
         status = await _lock_run(s, run.id)
@@ -306,7 +324,12 @@ async def _interrupt(
 
 
 async def _steer(
-    s: AsyncSession, principal: Principal, lane: Lane, message: str, live: list[_Live]
+    s: AsyncSession,
+    principal: Principal,
+    lane: Lane,
+    message: str,
+    live: list[_Live],
+    admit: Admit | None,
 ) -> Posted:
     """Into the inbox of the oldest run still live and not being stopped (locked first: a run
     finishing at the same moment either sees the row, and queues it as a follow-up, or is seen
@@ -328,7 +351,7 @@ async def _steer(
                 message=message,
             )
             return Posted(run_id=run.id, session_key=lane.session_key, status="steered")
-    return await _queued(s, principal, lane, {"message": message}, "steer")
+    return await _queued(s, principal, lane, {"message": message}, "steer", admit)
 
 
 async def _collect(
@@ -338,6 +361,7 @@ async def _collect(
     message: str,
     live: list[_Live],
     window_seconds: float,
+    admit: Admit | None,
 ) -> Posted:
     """Merge into the lane's last queued run if it is a collecting one still queued (a worker
     claiming it first makes the UPDATE match nothing: then a new collecting run)."""
@@ -363,6 +387,8 @@ async def _collect(
                 run_id=merged, session_key=lane.session_key, status="collected", merged=True
             )
     run_input = {"message": message, "messages": [message], "collect": True}
+    if admit is not None:
+        await admit()
     run_id = await insert_run(
         s, principal, lane, run_input, not_before_seconds=window_seconds, if_busy="collect"
     )

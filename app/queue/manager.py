@@ -43,6 +43,7 @@ from app.queue.busy import (
 from app.queue.event_log import emit_unleased
 from app.queue.run_audit import run_cancelled, run_failed, tool_executed
 from app.queue.sql import query
+from app.tenants.quotas import QuotaDefaults, add_tokens, admit_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +166,11 @@ class RunQueue:
         max_turns: int = 8,
         max_run_attempts: int = 5,
         collect_window_seconds: float = 2.0,
+        quotas: QuotaDefaults | None = None,
     ) -> None:
         self.db = db
+        self.quotas = quotas or QuotaDefaults()
+        """The deployment's default limits (`QUOTA_*`), checked by `enqueue_in(check_quotas=True)`."""
         self.default_model = default_model
         self.max_turns = max_turns
         self.max_run_attempts = max_run_attempts
@@ -212,6 +216,7 @@ class RunQueue:
         parent_run_id: UUID | None = None,
         timeout_seconds: int | None = None,
         if_busy: IfBusy | None = None,
+        check_quotas: bool = False,
     ) -> EnqueuedRun:
         """`enqueue_run` in the caller's tenant transaction (which may write more, e.g. the
         request's idempotency key, and commits or rolls back the run with it). Raises
@@ -223,6 +228,10 @@ class RunQueue:
         `sessions_send` sender); `parent_run_id`, the run spawning this one (a sub-agent's run);
         `timeout_seconds`, the run's hard deadline from now (`deadline_at`: it fails
         `run_timeout` then, queued or not).
+
+        `check_quotas` (the API's posts): a new run must pass the tenant's quotas
+        (`app.tenants.quotas.admit_run`, QuotaExceededError); a message steered or collected into
+        a live run is not a new run and passes. Every new run counts in the tenant's day.
         """
         if agent_id is not None:
             agent = await get_agent(s, agent_id)
@@ -247,7 +256,12 @@ class RunQueue:
                 parent_run_id=parent_run_id,
                 deadline_seconds=timeout_seconds,
             )
+            await add_tokens(s, principal.tenant_id, 0, 0, runs=1)
             return EnqueuedRun(run_id=run_id, session_key=key)
+
+        async def admit() -> None:
+            await admit_run(s, principal.tenant_id, self.quotas)
+
         posted = await post_message(
             s,
             principal,
@@ -255,7 +269,10 @@ class RunQueue:
             message,
             if_busy=if_busy,
             collect_window_seconds=self.collect_window_seconds,
+            admit=admit if check_quotas else None,
         )
+        if posted.status == "queued" or (posted.status == "collected" and not posted.merged):
+            await add_tokens(s, principal.tenant_id, 0, 0, runs=1)
         return EnqueuedRun(
             run_id=posted.run_id,
             session_key=posted.session_key,

@@ -3,10 +3,76 @@
 -- recover_expired, release_runs) or as agent_runtime_app under RLS (everything else).
 
 -- name: claim_next
--- Take the oldest claimable run: queued, first in its session's lane, lane not busy, and not held
--- back by a debounce window (`not_before`, ifBusy=collect: the lane waits for it).
--- SKIP LOCKED lets workers claim in parallel; the partial unique index
+-- Take a claimable run (queued, first in its session's lane, lane not busy, not held back by a
+-- debounce window: `not_before`, ifBusy=collect), fairly across tenants: round-robin by tenant.
+-- `tenants` lists the tenants with queued runs (a skip scan of agent_run_queue_queued_tenant,
+-- one index probe per tenant), `heads` each one's oldest claimable run; the tenant claimed from
+-- longest ago (never: first) goes first, and the claim stamps its tenant in tenant_claims. So a
+-- tenant posting one run behind another's backlog of thousands is served by the next claim.
+-- SKIP LOCKED lets workers claim in parallel (a head another worker holds is passed over, and
+-- the row is rechecked to still be queued once locked); the partial unique index
 -- agent_run_queue_one_active_per_session guarantees one active run per session regardless.
+WITH RECURSIVE tenants AS (
+  (SELECT tenant_id FROM agent_run_queue WHERE status = 'queued' ORDER BY tenant_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT q.tenant_id FROM agent_run_queue q
+          WHERE q.status = 'queued' AND q.tenant_id > t.tenant_id
+          ORDER BY q.tenant_id LIMIT 1)
+  FROM tenants t WHERE t.tenant_id IS NOT NULL
+),
+heads AS (
+  SELECT h.id, h.queue_seq, tc.last_claimed_at
+  FROM tenants t
+  LEFT JOIN tenant_claims tc ON tc.tenant_id = t.tenant_id
+  CROSS JOIN LATERAL (
+    SELECT q.id, q.queue_seq
+    FROM agent_run_queue q
+    WHERE q.tenant_id = t.tenant_id AND q.status = 'queued'
+      AND NOT EXISTS (
+        SELECT 1 FROM agent_run_queue busy
+        WHERE busy.session_id = q.session_id
+          AND busy.status IN ('running', 'awaiting_approval', 'waiting'))
+      AND NOT EXISTS (
+        SELECT 1 FROM agent_run_queue earlier
+        WHERE earlier.session_id = q.session_id AND earlier.status = 'queued'
+          AND earlier.queue_seq < q.queue_seq)
+      AND (q.not_before IS NULL OR q.not_before <= now())
+    ORDER BY q.queue_seq
+    LIMIT 1
+  ) h
+  WHERE t.tenant_id IS NOT NULL
+),
+candidate AS (
+  SELECT r.id
+  FROM heads
+  JOIN agent_run_queue r ON r.id = heads.id
+  WHERE r.status = 'queued'
+  ORDER BY heads.last_claimed_at NULLS FIRST, heads.queue_seq
+  LIMIT 1
+  FOR UPDATE OF r SKIP LOCKED
+),
+claimed AS (
+  UPDATE agent_run_queue r
+  SET status = 'running',
+      lease_owner = :worker_id,
+      lease_expires_at = now() + make_interval(secs => :lease_seconds),
+      started_at = coalesce(r.started_at, now()),
+      attempts = r.attempts + 1
+  FROM candidate
+  WHERE r.id = candidate.id
+  RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts,
+            r.lease_expiries, r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested
+),
+stamped AS (
+  INSERT INTO tenant_claims (tenant_id, last_claimed_at)
+  SELECT tenant_id, clock_timestamp() FROM claimed
+  ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at
+)
+SELECT * FROM claimed;
+
+-- name: claim_next_fifo
+-- The claim before fair claiming (the globally oldest claimable run), kept for bench/queue's
+-- noisy-neighbour comparison only: under one tenant's backlog every other tenant waits.
 WITH candidate AS (
   SELECT q.id
   FROM agent_run_queue q

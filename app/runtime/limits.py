@@ -10,7 +10,10 @@
   tool); a run past its `deadline_at` while no worker holds it is failed by the workers' sweep
   (`app.queue.sweeps`);
 * `token_budget_exceeded`: the run's input + output tokens (all attempts, as the providers
-  report them) went over the agent's `tokenBudget`; checked after every model call.
+  report them) went over the agent's `tokenBudget`; checked after every model call;
+* `quota_exceeded`: the tenant's model tokens of the UTC day reached its `tokensPerDay` quota
+  (`app.tenants.quotas`); checked before every model call, so the call that went over is kept
+  and the next one is not made.
 
 A deadline is told apart from the worker's cancellation (user cancel, shutdown): only the
 `asyncio.timeout` that expired turns into `run_timeout`; `CancelledError` always propagates.
@@ -28,10 +31,12 @@ from sqlalchemy import extract, func, select
 from app.db.models import Run
 from app.queue.lease import LeasedRun
 from app.runtime.run_state import RunFailed, RunState
+from app.tenants.quotas import QuotaDefaults, token_budget_left
 
 MAX_TURNS_EXCEEDED = "max_turns_exceeded"
 RUN_TIMEOUT = "run_timeout"
 TOKEN_BUDGET_EXCEEDED = "token_budget_exceeded"
+QUOTA_EXCEEDED = "quota_exceeded"
 
 T = TypeVar("T")
 
@@ -131,3 +136,17 @@ async def within_deadline(state: RunState, work: Callable[[], Awaitable[T]]) -> 
         if deadline.expired():
             raise timed_out(state) from None
         raise
+
+
+async def check_tenant_budget(state: RunState) -> None:
+    """Fail the run (`quota_exceeded`) if its tenant has used up its model tokens of the day."""
+    defaults = QuotaDefaults.from_settings(state.settings)
+    leased = state.leased
+    async with leased.db.tenant(leased.run.principal) as s:
+        left = await token_budget_left(s, leased.run.tenant_id, defaults)
+    if left is not None and left[0] >= left[1]:
+        raise RunFailed(
+            QUOTA_EXCEEDED,
+            f"the tenant used {left[0]} model tokens today (UTC), its tokensPerDay quota is "
+            f"{left[1]}",
+        )

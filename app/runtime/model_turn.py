@@ -45,6 +45,7 @@ from app.llm.base import (
 )
 from app.llm.failures import CONTEXT_TOO_LONG
 from app.runtime.compaction import prepare_context
+from app.runtime.limits import check_tenant_budget
 from app.runtime.run_state import RunState
 from app.runtime.transcript_store import append_messages
 from app.runtime.usage import record_usage
@@ -102,6 +103,7 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
     arrives (and the first one moves the state to `responding`); without, text is only
     collected."""
     assert state.model is not None, "the model is resolved before the first turn"
+    await check_tenant_budget(state)
     turn = Turn()
     async with closing_stream(state.model.stream(request)) as stream:
         async for event in stream:

@@ -18,6 +18,7 @@ from app.llm.base import (
     Usage,
     closing_stream,
 )
+from app.runtime.limits import check_tenant_budget
 from app.runtime.run_state import RunState
 from app.runtime.usage import record_usage
 
@@ -33,6 +34,7 @@ class Collected:
 async def collect(state: RunState, request: ModelRequest) -> Collected:
     """Make a call whose text clients do not see; its retries and usage are still recorded."""
     assert state.model is not None, "the model is resolved before the first call"
+    await check_tenant_budget(state)
     out = Collected()
     usage = None
     async with closing_stream(state.model.stream(request)) as stream:

@@ -14,6 +14,7 @@ from app.llm.base import Usage
 from app.queue.lease import LeasedRun
 from app.runtime.limits import check_tokens
 from app.runtime.run_state import RunState
+from app.tenants.quotas import add_tokens
 
 MIN_TOKEN_RATIO = 0.25
 MAX_TOKEN_RATIO = 8.0
@@ -67,3 +68,4 @@ async def add_usage(
                 .values(context_tokens=input_tokens)
             )
         await w.session.execute(update(Run).where(Run.id == leased.run.id).values(**values))
+        await add_tokens(w.session, leased.run.tenant_id, input_tokens, output_tokens)

@@ -1,7 +1,7 @@
 """Tenants' own model provider keys, encrypted at rest (tenant_provider_keys).
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-11-24
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0011"
-down_revision = "0008"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

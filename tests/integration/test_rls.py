@@ -99,6 +99,8 @@ INSERTS: dict[str, str] = {
 TABLES = list(INSERTS)
 APPEND_ONLY = ["audit_events"]
 """Tenant tables no app role may update or delete: tests/integration/test_audit_table.py."""
+QUOTA_TABLES = ["tenant_quotas", "tenant_usage_daily", "tenant_claims"]
+"""One row per tenant (and day), no DELETE for the app: tests/integration/test_quotas_rls.py."""
 
 
 async def insert(s: AsyncSession, table: str, tenant: str, ids: dict[str, Any], n: int) -> None:
@@ -173,7 +175,7 @@ async def test_the_test_covers_every_table_with_a_tenant_id(database: Database) 
                 "AND column_name = 'tenant_id' ORDER BY table_name"
             )
         )
-        assert sorted(rows) == sorted(TABLES + APPEND_ONLY)
+        assert sorted(rows) == sorted(TABLES + APPEND_ONLY + QUOTA_TABLES)
 
 
 async def test_the_owner_sees_both_tenants(

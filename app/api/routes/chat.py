@@ -34,7 +34,12 @@ from app.api.idempotency import (
     replayed_headers,
 )
 from app.api.run_feed import follow_run
-from app.api.schemas import SESSION_KEY_PATTERN, busy_responses, error_responses
+from app.api.schemas import (
+    SESSION_KEY_PATTERN,
+    busy_responses,
+    error_responses,
+    quota_responses,
+)
 from app.auth.principal import Principal
 from app.queue.idempotency import Answer
 from app.sessions.store import active_run_id
@@ -89,6 +94,7 @@ ChatIdPath = Annotated[
     responses={
         **error_responses(401, 404, 422),
         **busy_responses(),
+        **quota_responses(),
         **idempotent_responses(200),
         200: {**_STREAM_RESPONSE, **idempotent_responses(200)[200]},
     },
@@ -118,6 +124,7 @@ async def chat(
             session_key=body.id,
             agent_id=body.agent_id,
             if_busy=body.if_busy,
+            check_quotas=True,
         )
         return Answer(run_id=enqueued.run_id, status_code=200)
 

@@ -33,6 +33,7 @@ from app.api.schemas import (
     Usage,
     busy_responses,
     error_responses,
+    quota_responses,
 )
 from app.queue import event_log
 from app.queue.idempotency import Answer
@@ -53,6 +54,7 @@ def run_not_found(run_id: UUID) -> ApiError:
     responses={
         **error_responses(400, 401, 404, 413, 415, 422),
         **busy_responses(),
+        **quota_responses(),
         **idempotent_responses(202),
     },
 )
@@ -75,6 +77,7 @@ async def create_run(
             session_key=body.session_key,
             agent_id=body.agent_id,
             if_busy=body.if_busy,
+            check_quotas=True,
         )
         accepted = RunAccepted(
             run_id=enqueued.run_id,
