@@ -30,6 +30,7 @@ from app.core.errors import ConflictError, NotFoundError
 from app.core.events import EventError, RunCancelledEvent, RunFailedEvent
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolExecution
+from app.observability import metrics
 from app.queue.busy import (
     IfBusy,
     Lane,
@@ -71,6 +72,10 @@ class ClaimedRun:
     cancel_requested: bool
     lease_expiries: int = 0
     """How many earlier claims ended with their lease expiring (the worker died or froze)."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context the run was enqueued under (tracing on), continued by the worker."""
+    queued_seconds: float = 0.0
+    """Time from the run's enqueue (or the end of its debounce window) to this claim."""
 
     @property
     def principal(self) -> Principal:
@@ -337,6 +342,8 @@ class RunQueue:
             input=row.input,
             cancel_requested=row.cancel_requested,
             lease_expiries=row.lease_expiries,
+            trace_context=row.trace_context,
+            queued_seconds=float(row.queued_seconds or 0.0),
         )
 
     async def renew_leases(
@@ -392,15 +399,18 @@ class RunQueue:
         """
         error = worker_crashed_error(run.stops, self.max_run_attempts)
         async with self.db.tenant(run.principal) as s:
-            failed = await s.scalar(
-                query("fail_crashed"),
-                {"run_id": run.id, "attempt": run.attempt, "error": json.dumps(error)},
-            )
+            failed = (
+                await s.execute(
+                    query("fail_crashed"),
+                    {"run_id": run.id, "attempt": run.attempt, "error": json.dumps(error)},
+                )
+            ).one_or_none()
             if failed is None:
                 return False
             await interrupt_started_calls(s, run.id, error["message"])
             event = RunFailedEvent(error=EventError.model_validate(error))
             await emit_unleased(s, run.id, run.tenant_id, [event])
+        metrics.observe_run_finished("failed", failed.duration_seconds)
         return True
 
     async def wake_overdue(self) -> list[UUID]:

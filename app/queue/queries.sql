@@ -33,7 +33,10 @@ SET status = 'running',
 FROM candidate
 WHERE r.id = candidate.id
 RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.lease_expiries,
-          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested;
+          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested, r.trace_context,
+          -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
+          extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
+            AS queued_seconds;
 
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
@@ -89,7 +92,7 @@ SET status = :status, finished_at = now(),
     result = CAST(:result AS jsonb), error = CAST(:error AS jsonb),
     lease_owner = NULL, lease_expires_at = NULL, state = NULL
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
-RETURNING id;
+RETURNING id, extract(epoch FROM finished_at - started_at) AS duration_seconds;
 
 -- name: fail_crashed
 -- Give up on a run found by expired_at_limit (as its tenant, with the run.failed event in the
@@ -100,7 +103,7 @@ SET status = 'failed', finished_at = now(), error = CAST(:error AS jsonb),
     lease_owner = NULL, lease_expires_at = NULL, state = NULL,
     lease_expiries = lease_expiries + 1
 WHERE id = :run_id AND status = 'running' AND lease_expires_at < now() AND attempts = :attempt
-RETURNING id;
+RETURNING id, extract(epoch FROM finished_at - started_at) AS duration_seconds;
 
 -- name: park_run
 -- A tool call awaits approval: the run gives up its lease (and its worker's slot) but keeps its
