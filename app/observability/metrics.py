@@ -23,17 +23,16 @@ from dataclasses import dataclass, field
 from typing import SupportsFloat
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
     multiprocess,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -257,20 +256,31 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
-def render(database: DatabaseGauges | None = None) -> tuple[bytes, str]:
-    """The Prometheus text of every process's instruments plus the database gauges, and its
-    content type."""
-    if multiprocess_dir():
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        body = generate_latest(registry)
+class _Combined(Collector):
+    """Several sources as one collector, so one registry (one encoder) renders them all."""
+
+    def __init__(self, *sources: Collector) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source.collect()
+
+
+def render(database: DatabaseGauges | None = None, accept: str = "") -> tuple[bytes, str]:
+    """The Prometheus text (or OpenMetrics, as `accept` asks) of every process's instruments
+    plus the database gauges, and its content type."""
+    sources: list[Collector] = []
+    if (directory := multiprocess_dir()) is not None:
+        sources.append(multiprocess.MultiProcessCollector(None, directory))  # type: ignore[no-untyped-call]
     else:
-        body = generate_latest(REGISTRY)
+        sources.append(REGISTRY)
     if database is not None:
-        extra = CollectorRegistry()
-        extra.register(_DatabaseCollector(database))
-        body += generate_latest(extra)
-    return body, CONTENT_TYPE_LATEST
+        sources.append(_DatabaseCollector(database))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Combined(*sources))
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
 
 
 def process_exit(pid: int | None = None, directory: str | None = None) -> None:

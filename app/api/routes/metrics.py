@@ -32,14 +32,14 @@ _PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request, runtime: RuntimeDep) -> Response:
-    """The metrics in the Prometheus text format (version 0.0.4)."""
+    """The metrics in the Prometheus text format (OpenMetrics when the scraper asks for it)."""
     check_access(request, runtime.settings)
     try:
         gauges = await database_gauges(runtime.db)
     except Exception as exc:  # a scrape during a database outage still shows the processes
         log.warning("metrics: database gauges unavailable", error_type=type(exc).__name__)
         gauges = None
-    body, content_type = render(gauges)
+    body, content_type = render(gauges, request.headers.get("accept", ""))
     return Response(body, media_type=content_type)
 
 
