@@ -85,10 +85,15 @@ def _tracer() -> trace.Tracer:
 
 @contextmanager
 def _span(
-    name: str, kind: SpanKind, attributes: dict[str, Any], context: Any = None
+    name: str,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+    context: Any = None,
+    not_errors: tuple[type[BaseException], ...] = (),
 ) -> Iterator[Span]:
     """A current span that records a failure as its exception's type only: the SDK's default
-    would put the exception's message (which may quote content) on the span."""
+    would put the exception's message (which may quote content) on the span. `not_errors`:
+    exceptions that suspend rather than fail (a call parking its run)."""
     with _tracer().start_as_current_span(
         name,
         context=context,
@@ -99,6 +104,8 @@ def _span(
     ) as span:
         try:
             yield span
+        except not_errors:
+            raise
         except Exception as exc:
             set_error(span, type(exc).__name__)
             raise
@@ -165,11 +172,15 @@ def set_usage(span: Span, input_tokens: int, output_tokens: int) -> None:
 
 
 @contextmanager
-def tool_span(tool: str, call_id: str) -> Iterator[Span]:
-    """One tool call (`execute_tool {tool}`); `tool` is the bounded name."""
+def tool_span(
+    tool: str, call_id: str, parks: tuple[type[BaseException], ...] = ()
+) -> Iterator[Span]:
+    """One tool call (`execute_tool {tool}`); `tool` is the bounded name; `parks`: exceptions
+    by which a call suspends its run (not failures)."""
     with _span(
         f"execute_tool {tool}",
         SpanKind.INTERNAL,
+        not_errors=parks,
         attributes={
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,

@@ -31,7 +31,7 @@ from app.runtime.approval_gate import approval_gate
 from app.runtime.inbox import SKIPPED_FOR_MESSAGE, steer_waiting
 from app.runtime.run_state import RunState
 from app.runtime.tool_records import tool_finished, tool_refused, tool_started
-from app.tools.base import ToolContext
+from app.tools.base import AwaitingArrival, ToolContext
 from app.tools.guard import CallGuard
 from app.tools.policy_store import resolve_lineage_policy
 from app.tools.registry import PolicyToolRegistry
@@ -128,7 +128,7 @@ async def _execute_one(
         metrics.observe_tool_call(label, "interrupted")
     else:
         began = time.perf_counter()
-        with tracing.tool_span(label, call.id) as span:
+        with tracing.tool_span(label, call.id, parks=(AwaitingArrival,)) as span:
             result = await state.tools.execute(ctx, call)
             if not result.ok:
                 tracing.set_error(span, "tool_error")
