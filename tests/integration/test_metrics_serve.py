@@ -1,4 +1,5 @@
-"""`/metrics` under `agent-runtime serve`: the API shows what its worker processes counted.
+"""`/metrics` under `agent-runtime serve`: the API shows what its worker processes counted, on
+its separate METRICS_PORT listener, behind METRICS_TOKEN.
 
 The API and two workers are separate processes sharing PROMETHEUS_MULTIPROC_DIR (set by `serve`
 to `AGENT_RUNTIME_DATA_DIR/metrics`, emptied at start); the run below is claimed and executed by
@@ -14,16 +15,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_serve import serving
+from tests.integration.test_serve import free_port, serving
 
 TOKEN = "scrape-token-for-the-test"
 
 
-def scrape(
-    url: str, token: str | None = TOKEN
-) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    r = httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
     assert r.status_code == 200, r.text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -37,8 +35,13 @@ def test_api_metrics_include_the_workers_counts(db_url: str, tmp_path: Path) -> 
     stale = tmp_path / "data" / "metrics"
     stale.mkdir(parents=True)
     (stale / "counter_1.db").write_bytes(b"left over by an earlier serve, not a valid file")
-    with serving(db_url, tmp_path, METRICS_TOKEN=TOKEN) as serve:
-        assert httpx.get(f"{serve.url}/metrics", timeout=10).status_code == 401
+    port = free_port()
+    metrics_url = f"http://127.0.0.1:{port}"
+    with serving(db_url, tmp_path, METRICS_TOKEN=TOKEN, METRICS_PORT=str(port)) as serve:
+        # the API's port has no /metrics; the metrics port has nothing else and wants the token
+        assert httpx.get(f"{serve.url}/metrics", timeout=10).status_code == 404
+        assert httpx.get(f"{metrics_url}/metrics", timeout=10).status_code == 401
+        assert httpx.get(f"{metrics_url}/healthz", timeout=10).status_code == 404
         token = serve.token()
         r = httpx.post(
             f"{serve.url}/api/agent-runtime",
@@ -49,7 +52,7 @@ def test_api_metrics_include_the_workers_counts(db_url: str, tmp_path: Path) -> 
         assert r.status_code == 202, r.text
         deadline = time.monotonic() + 30
         while True:
-            samples = scrape(serve.url)
+            samples = scrape(metrics_url)
             done = samples.get(
                 ("agent_runtime_run_duration_seconds_count", (("outcome", "completed"),)), 0
             )
