@@ -311,6 +311,35 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Log level.")
     log_json: bool = Field(default=False, description="Emit logs as JSON lines.")
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token `GET /metrics` requires (`Authorization: Bearer …`). Unset, "
+        "and without METRICS_PORT: `/metrics` answers loopback clients only (404 to others, "
+        "and to any request carrying proxy headers).",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve `/metrics` on this separate port (on METRICS_HOST) instead of the "
+        "API's; a worker run on its own (`agent-runtime worker`) serves its metrics there too.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of METRICS_PORT (`0.0.0.0` for a scraper on another host; "
+        "keep it on a private network, or set METRICS_TOKEN).",
+    )
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`): traces "
+        "are exported when set (the standard OTEL_* variables are honoured too). Unset: no "
+        "tracing at all.",
+    )
+    otel_service_name: str | None = Field(
+        default=None,
+        description="`service.name` of the traces (default `agent-runtime-api` / "
+        "`agent-runtime-worker`).",
+    )
 
     # Web tools (`app/tools/web/`): web_fetch limits and address policy, web_search provider.
     web_fetch_max_bytes: int = Field(
@@ -482,6 +511,14 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http(s) URL")
         return url
+
+    @field_validator("metrics_token", "otel_exporter_otlp_endpoint", "metrics_port", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        """An empty value (`METRICS_TOKEN=` in compose) means unset."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     @field_validator("supabase_anon_key", mode="before")
     @classmethod

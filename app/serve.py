@@ -34,6 +34,7 @@ import structlog
 from app.config import Settings
 from app.db.embedded import EmbeddedPostgres
 from app.db.urls import redact
+from app.observability.metrics import MULTIPROC_ENV, process_exit, reset_multiprocess_dir
 
 log = structlog.get_logger(__name__)
 
@@ -251,6 +252,8 @@ class Supervisor:
             if child.proc.poll() is None:
                 child.proc.kill()
             child.proc.wait()
+        for child in self.children:  # also those that died on their own, maybe killed -9
+            process_exit(child.proc.pid, self.env.get(MULTIPROC_ENV))
 
     def run(self) -> int:
         """start → watch → stop. 0 when stopped on request, 1 when a child exited on its own."""
@@ -323,12 +326,20 @@ def child_env(
     }
     if secrets_key is not None:  # the generated one on the embedded database (or SECRETS_KEY)
         env["SECRETS_KEY"] = secrets_key
+    env[MULTIPROC_ENV] = metrics_dir(settings)
     if localhost_cors_by_default(settings, embedded=embedded):
         env["CORS_ALLOW_LOCALHOST"] = "true"
     if embedded and not settings.supabase_jwt_secret and "WORKBENCH_DEV_SIGN_IN" not in os.environ:
         # the workbench page signs in as the dev user by itself (app/api/workbench.py says when)
         env["WORKBENCH_DEV_SIGN_IN"] = "true"
     return env
+
+
+def metrics_dir(settings: Settings) -> str:
+    """Where the children share their metrics (PROMETHEUS_MULTIPROC_DIR): the one given, else
+    `AGENT_RUNTIME_DATA_DIR/metrics`."""
+    given = os.environ.get(MULTIPROC_ENV)
+    return given or str((settings.agent_runtime_data_dir / "metrics").resolve())
 
 
 def localhost_cors_by_default(settings: Settings, *, embedded: bool) -> bool:
@@ -371,6 +382,8 @@ def serve(settings: Settings) -> int:
         log.info("database ready", url=redact(url), revision=revision, embedded=pg is not None)
         secret = ensure_jwt_secret(settings)
         register_secret(secret)
+        # the children's counters start from zero: an earlier serve's files would add up
+        reset_multiprocess_dir(metrics_dir(settings))
         supervisor = Supervisor(
             specs=child_specs(settings),
             env=child_env(settings, url, secret, embedded=pg is not None, secrets_key=secrets_key),

@@ -9,12 +9,14 @@ from importlib.metadata import PackageNotFoundError, version
 import structlog
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from app.api.cors import install_cors
 from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
 from app.api.limits import BodySizeLimit
+from app.api.metrics_port import MetricsPortOnly
 from app.api.request_id import RequestId
 from app.api.routes import (
     agents,
@@ -24,6 +26,7 @@ from app.api.routes import (
     files,
     health,
     memory,
+    metrics,
     policies,
     provider_keys,
     quotas,
@@ -40,6 +43,7 @@ from app.auth.jwt import MIN_SECRET_BYTES, is_weak_secret
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
+from app.observability.tracing import tracing_enabled
 from app.queue.manager import RunQueue
 from app.tenants.quotas import QuotaDefaults
 
@@ -109,6 +113,8 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     verifier = app.state.verifier = TokenVerifier.from_settings(settings)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, exempt=files.is_upload)
     app.add_middleware(RequestId)
+    if settings.metrics_port is not None:
+        app.add_middleware(MetricsPortOnly, port=settings.metrics_port)
     install_cors(app, settings)  # last: outermost, so that error answers carry CORS headers
     install_error_handlers(app)
     for module in (
@@ -127,6 +133,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         memory,
         quotas,
         health,
+        metrics,
     ):
         _document_body_errors(module.router)
         _document_auth_unavailable(module.router)
@@ -134,6 +141,12 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     _document_auth_unavailable(files.router)
     app.include_router(files.router)  # raw-byte uploads: documents its own body errors
     install_workbench(app)  # the page at `/` (not in the OpenAPI document)
+    if tracing_enabled():
+        # the request's server span (the parent of the runs it enqueues); not for scrapes and
+        # probes, and not one span per SSE frame
+        FastAPIInstrumentor.instrument_app(
+            app, excluded_urls="/metrics,/healthz,/readyz", exclude_spans=["receive", "send"]
+        )
     return app
 
 

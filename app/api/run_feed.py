@@ -19,6 +19,7 @@ from app.auth.principal import Principal
 from app.core.events import TERMINAL_EVENTS, RunEvent
 from app.core.state_machine import TERMINAL_STATUSES
 from app.db.models import Run
+from app.observability import metrics
 from app.queue.event_log import events_after
 
 BATCH = 200
@@ -28,9 +29,12 @@ async def follow_run(
     runtime: Runtime, principal: Principal, run_id: UUID, after_seq: int
 ) -> AsyncIterator[RunEvent]:
     """The stored events of `run_id` after `after_seq`, in order, ending after a terminal one
-    (or when the run is gone)."""
+    (or when the run is gone). Counted as an open event stream while it runs."""
     last = after_seq
-    with runtime.hub.subscribe(run_id) as wakeup:  # before the first read: no wake-up is missed
+    with (
+        metrics.SSE_CONNECTIONS.track_inprogress(),
+        runtime.hub.subscribe(run_id) as wakeup,  # before the first read: no wake-up is missed
+    ):
         while True:
             async with runtime.db.tenant(principal) as s:
                 # Status first: a terminal status read here guarantees that the events read

@@ -126,6 +126,9 @@ class Run(Base):
     """Not claimable before this time (`ifBusy=collect`)."""
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """The run fails with `run_timeout` at this time, queued or not (a child's timeout)."""
+    trace_context: Mapped[dict[str, str] | None] = mapped_column(JSONB)
+    """W3C `traceparent`/`tracestate` of the span that enqueued the run (tracing on), which the
+    worker's run span continues (`app/observability/tracing.py`)."""
 
 
 class SessionMessage(Base):

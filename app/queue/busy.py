@@ -40,6 +40,7 @@ from app.auth.principal import Principal
 from app.core.errors import SessionBusyError
 from app.core.events import RunCancelledEvent, RunInterruptedEvent, RunQueuedEvent
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
+from app.observability.tracing import current_trace_context
 from app.queue.event_log import emit_unleased
 from app.queue.run_audit import run_cancelled, run_posted
 from app.queue.sql import query
@@ -227,6 +228,7 @@ async def insert_run(
         "user_id": principal.user_id,
         "input": run_input,
         "parent_run_id": parent_run_id,
+        "trace_context": current_trace_context(),
     }
     if not_before_seconds is not None:
         values["not_before"] = func.now() + timedelta(seconds=not_before_seconds)

@@ -34,6 +34,7 @@ from app.core.events import (
 )
 from app.core.failpoints import CHILD_FINISH_AFTER_COMMIT, CHILD_FINISH_BEFORE_COMMIT, failpoint
 from app.db.engine import Database
+from app.observability import metrics
 from app.queue.event_log import insert_events
 from app.queue.manager import ClaimedRun
 from app.queue.run_audit import run_failed
@@ -181,23 +182,26 @@ class LeasedRun:
         async with self.write(events) as w:
             if closing is not None:
                 events[:0] = await closing(w)
-            finished = await w.session.scalar(
-                query("finish_run"),
-                {
-                    "run_id": self.run.id,
-                    "worker_id": self.worker_id,
-                    "attempt": self.run.attempt,
-                    "status": status,
-                    "result": None if result is None else json.dumps(result),
-                    "error": None if error is None else json.dumps(error),
-                },
-            )
+            finished = (
+                await w.session.execute(
+                    query("finish_run"),
+                    {
+                        "run_id": self.run.id,
+                        "worker_id": self.worker_id,
+                        "attempt": self.run.attempt,
+                        "status": status,
+                        "result": None if result is None else json.dumps(result),
+                        "error": None if error is None else json.dumps(error),
+                    },
+                )
+            ).one_or_none()
             if finished is None:
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
             if status == "failed":
                 await run_failed(w.session, self.run.principal, self.run.id, error)
             failpoint(CHILD_FINISH_BEFORE_COMMIT)
         failpoint(CHILD_FINISH_AFTER_COMMIT)
+        metrics.observe_run_finished(status, finished.duration_seconds)
 
     async def hand_back(self) -> None:
         """Return the run to the head of its lane (graceful shutdown) with a `run.requeued` event."""

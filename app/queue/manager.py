@@ -30,6 +30,7 @@ from app.core.errors import ConflictError, NotFoundError
 from app.core.events import EventError, RunCancelledEvent, RunFailedEvent
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolExecution
+from app.observability import metrics
 from app.queue.busy import (
     IfBusy,
     Lane,
@@ -73,6 +74,10 @@ class ClaimedRun:
     cancel_requested: bool
     lease_expiries: int = 0
     """How many earlier claims ended with their lease expiring (the worker died or froze)."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context the run was enqueued under (tracing on), continued by the worker."""
+    queued_seconds: float = 0.0
+    """Time from the run's enqueue (or the end of its debounce window) to this claim."""
 
     @property
     def principal(self) -> Principal:
@@ -362,15 +367,19 @@ class RunQueue:
     # ------------------------------------------------------------------ worker side
 
     async def claim_next(self, worker_id: str, lease_seconds: float) -> ClaimedRun | None:
-        """Claim the oldest claimable run, or None. A lost race on the lane index is a None."""
+        """Claim a run, fairly across tenants, or None. A lost race on the lane index is a None.
+
+        The fair claim looks at one head per tenant; when a concurrent claim holds it (or nothing
+        is claimable), the oldest claimable run is taken instead, so parallel workers on one
+        tenant's backlog never idle beside claimable runs.
+        """
+        params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
         try:
             async with self.db.queue() as s:
-                row = (
-                    await s.execute(
-                        query("claim_next"),
-                        {"worker_id": worker_id, "lease_seconds": lease_seconds},
-                    )
-                ).one_or_none()
+                row = (await s.execute(query("claim_next"), params)).one_or_none()
+            if row is None:
+                async with self.db.queue() as s:
+                    row = (await s.execute(query("claim_next_fifo"), params)).one_or_none()
         except IntegrityError:
             return None  # another worker activated this lane first; the index said no
         if row is None:
@@ -385,6 +394,8 @@ class RunQueue:
             input=row.input,
             cancel_requested=row.cancel_requested,
             lease_expiries=row.lease_expiries,
+            trace_context=row.trace_context,
+            queued_seconds=float(row.queued_seconds or 0.0),
         )
 
     async def renew_leases(
@@ -440,16 +451,19 @@ class RunQueue:
         """
         error = worker_crashed_error(run.stops, self.max_run_attempts)
         async with self.db.tenant(run.principal) as s:
-            failed = await s.scalar(
-                query("fail_crashed"),
-                {"run_id": run.id, "attempt": run.attempt, "error": json.dumps(error)},
-            )
+            failed = (
+                await s.execute(
+                    query("fail_crashed"),
+                    {"run_id": run.id, "attempt": run.attempt, "error": json.dumps(error)},
+                )
+            ).one_or_none()
             if failed is None:
                 return False
             await interrupt_started_calls(s, run.principal, run.id, error["message"])
             event = RunFailedEvent(error=EventError.model_validate(error))
             await emit_unleased(s, run.id, run.tenant_id, [event])
             await run_failed(s, run.principal, run.id, error)
+        metrics.observe_run_finished("failed", failed.duration_seconds)
         return True
 
     async def wake_overdue(self) -> list[UUID]:

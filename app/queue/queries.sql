@@ -61,7 +61,11 @@ claimed AS (
   FROM candidate
   WHERE r.id = candidate.id
   RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts,
-            r.lease_expiries, r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested
+            r.lease_expiries, r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested,
+            r.trace_context,
+            -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
+            extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
+              AS queued_seconds
 ),
 stamped AS (
   INSERT INTO tenant_claims (tenant_id, last_claimed_at)
@@ -71,8 +75,11 @@ stamped AS (
 SELECT * FROM claimed;
 
 -- name: claim_next_fifo
--- The claim before fair claiming (the globally oldest claimable run), kept for bench/queue's
--- noisy-neighbour comparison only: under one tenant's backlog every other tenant waits.
+-- The globally oldest claimable run. claim_next considers one head per tenant, so a worker whose
+-- fair pick was locked by a concurrent claim of the same tenant finds nothing there; it falls
+-- back to this (RunQueue.claim_next) rather than idle beside claimable runs. Alone (bench/queue's
+-- noisy-neighbour comparison) it is the claim before fair claiming: under one tenant's backlog
+-- every other tenant waits.
 WITH candidate AS (
   SELECT q.id
   FROM agent_run_queue q
@@ -99,7 +106,10 @@ SET status = 'running',
 FROM candidate
 WHERE r.id = candidate.id
 RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.lease_expiries,
-          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested;
+          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested, r.trace_context,
+          -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
+          extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
+            AS queued_seconds;
 
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
@@ -155,7 +165,7 @@ SET status = :status, finished_at = now(),
     result = CAST(:result AS jsonb), error = CAST(:error AS jsonb),
     lease_owner = NULL, lease_expires_at = NULL, state = NULL
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
-RETURNING id;
+RETURNING id, extract(epoch FROM finished_at - started_at) AS duration_seconds;
 
 -- name: fail_crashed
 -- Give up on a run found by expired_at_limit (as its tenant, with the run.failed event in the
@@ -166,7 +176,7 @@ SET status = 'failed', finished_at = now(), error = CAST(:error AS jsonb),
     lease_owner = NULL, lease_expires_at = NULL, state = NULL,
     lease_expiries = lease_expiries + 1
 WHERE id = :run_id AND status = 'running' AND lease_expires_at < now() AND attempts = :attempt
-RETURNING id;
+RETURNING id, extract(epoch FROM finished_at - started_at) AS duration_seconds;
 
 -- name: park_run
 -- A tool call awaits approval: the run gives up its lease (and its worker's slot) but keeps its

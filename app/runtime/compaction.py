@@ -45,6 +45,7 @@ from app.core.events import (
 from app.core.tokens import estimate_message_tokens, estimate_text_tokens
 from app.core.transcript import UserMessage
 from app.llm.base import Message, Model, ModelError, ModelRequest, ToolSpec
+from app.observability import metrics
 from app.runtime.compaction_store import Compaction, store_compaction
 from app.runtime.context import (
     ContextItem,
@@ -146,6 +147,7 @@ async def prepare_context(
         target = before.tokens if force else None
         try:
             if await compact(state, items, overhead, before.tokens, target=target):
+                metrics.count_compaction(forced=force)
                 after = await prepared(context_items(state), compacted=True)
                 if after.tokens > state.window.budget:
                     raise overflow(state, after.tokens, overhead, after_compaction=True)

@@ -20,6 +20,7 @@ calls whose text is not streamed to clients (plan requests, `app.runtime.plan_mo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ from app.llm.base import (
     closing_stream,
 )
 from app.llm.failures import CONTEXT_TOO_LONG
+from app.observability import metrics, tracing
 from app.runtime.compaction import prepare_context
 from app.runtime.limits import check_tenant_budget
 from app.runtime.run_state import RunState
@@ -104,6 +106,29 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
     collected."""
     assert state.model is not None, "the model is resolved before the first turn"
     await check_tenant_budget(state)
+    provider, model = metrics.provider_of(state.model.name)
+    began = time.perf_counter()
+    with tracing.model_span(provider, model) as span:
+        try:
+            turn = await _stream(state, request, stream_text=stream_text)
+        except ModelError as exc:
+            tracing.set_error(span, exc.code)
+            metrics.observe_model_call(state.model.name, time.perf_counter() - began, ok=False)
+            raise
+        usage = turn.usage or Usage(input_tokens=0, output_tokens=0)
+        tracing.set_usage(span, usage.input_tokens, usage.output_tokens)
+    metrics.observe_model_call(
+        state.model.name,
+        time.perf_counter() - began,
+        ok=True,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+    )
+    return turn
+
+
+async def _stream(state: RunState, request: ModelRequest, *, stream_text: bool) -> Turn:
+    assert state.model is not None
     turn = Turn()
     async with closing_stream(state.model.stream(request)) as stream:
         async for event in stream:

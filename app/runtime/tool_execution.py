@@ -20,15 +20,18 @@ says so, and the model reads the message next.
 
 from __future__ import annotations
 
+import time
+
 import structlog
 
 from app.core.failpoints import TOOL_AFTER_RUN, failpoint
 from app.core.transcript import AssistantMessage, ToolCall, ToolResult
+from app.observability import metrics, tracing
 from app.runtime.approval_gate import approval_gate
 from app.runtime.inbox import SKIPPED_FOR_MESSAGE, steer_waiting
 from app.runtime.run_state import RunState
 from app.runtime.tool_records import tool_finished, tool_refused, tool_started
-from app.tools.base import ToolContext
+from app.tools.base import AwaitingArrival, ToolContext
 from app.tools.guard import CallGuard
 from app.tools.policy_store import resolve_lineage_policy
 from app.tools.registry import PolicyToolRegistry
@@ -86,6 +89,7 @@ async def execute_tool_calls(state: RunState, calls: list[ToolCall]) -> list[Too
     for call in calls:
         if state.skipped_calls or await steer_waiting(state):
             result = await tool_refused(state.leased, call, SKIPPED_FOR_MESSAGE)
+            metrics.observe_tool_call(tool_label(state, call), "skipped")
             state.skipped_calls += 1
         else:
             result = await _execute_one(state, ctx, guard, call)
@@ -98,8 +102,10 @@ async def _execute_one(
     state: RunState, ctx: ToolContext, guard: CallGuard, call: ToolCall
 ) -> ToolResult:
     leased = state.leased
+    label = tool_label(state, call)
     turn_call, run_call = call_positions(state, call)
     if (refusal := guard.refusal(call, turn_call=turn_call, run_call=run_call)) is not None:
+        metrics.observe_tool_call(label, "refused")
         return await tool_refused(leased, call, refusal)
     approval_id = None
     tool = guard.tool(call)
@@ -107,6 +113,7 @@ async def _execute_one(
         gate = await approval_gate(state, call, tool, reason)
         approval_id = gate.approval_id
         if gate.refusal is not None:
+            metrics.observe_tool_call(label, "refused")
             return await tool_refused(leased, call, gate.refusal, approval_id=approval_id)
     attempt = await tool_started(leased, call, approval_id=approval_id)
     if attempt.interrupted and not state.tools.is_idempotent(call.name):
@@ -118,8 +125,22 @@ async def _execute_one(
         )
         result = ToolResult(tool_call_id=call.id, name=call.name, ok=False, error=INTERRUPTED)
         await tool_finished(leased, result, interrupted=True)
+        metrics.observe_tool_call(label, "interrupted")
     else:
-        result = await state.tools.execute(ctx, call)
+        began = time.perf_counter()
+        with tracing.tool_span(label, call.id, parks=(AwaitingArrival,)) as span:
+            result = await state.tools.execute(ctx, call)
+            if not result.ok:
+                tracing.set_error(span, "tool_error")
+        metrics.observe_tool_call(
+            label, "ok" if result.ok else "error", time.perf_counter() - began
+        )
         failpoint(TOOL_AFTER_RUN)
         await tool_finished(leased, result)
     return result
+
+
+def tool_label(state: RunState, call: ToolCall) -> str:
+    """The call's tool as a metric label and span name: a name of the run's catalog, else
+    `other` (a model may call any name)."""
+    return metrics.bounded("tool", call.name, state.tools.names())

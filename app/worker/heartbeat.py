@@ -20,6 +20,7 @@ from uuid import UUID
 import structlog
 
 from app.db.engine import Database
+from app.observability import metrics
 from app.queue.manager import RunQueue
 from app.queue.sweeps import cancel_orphans, fail_overdue
 from app.tools.approval_store import sweep_expired_approvals
@@ -84,11 +85,13 @@ class Heartbeat(threading.Thread):
             elif renewed[run_id]:
                 self._on_cancel(run_id)
         recovered = await queue.recover_expired()
+        metrics.count_lease_recoveries(requeued=len(recovered))
         if recovered:
             log.warning("recovered runs with expired leases", runs=[str(r) for r in recovered])
         if woken := await queue.wake_overdue():
             log.info("woke runs whose wait timed out", runs=[str(r) for r in woken])
         if given_up := await queue.fail_exhausted():
+            metrics.count_lease_recoveries(failed=len(given_up))
             log.error(
                 "failed runs whose worker kept stopping (worker_crashed)",
                 runs=[str(r) for r in given_up],

@@ -28,6 +28,7 @@ import os
 import random
 import secrets
 import socket
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from app.db.listen import Listener
 from app.llm.registry import ModelRegistry
 from app.memory.embedders import EmbedderConfigError, embedder_from_settings
 from app.memory.reembed import run_reembed
+from app.observability import metrics, tracing
 from app.queue.lease import LeasedRun
 from app.queue.manager import (
     ClaimedRun,
@@ -246,9 +248,13 @@ class Worker:
     async def _claim_available(self) -> None:
         """Claim runs until the slots are full or no run is claimable."""
         while len(self._active) < self.settings.worker_concurrency and not self._stopping.is_set():
+            began = time.perf_counter()
             claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
+            metrics.observe_claim(time.perf_counter() - began, claimed=claimed is not None)
             if claimed is None:
                 return
+            if claimed.attempt == 1:
+                metrics.observe_queue_wait(claimed.queued_seconds)
             self._start(claimed)
 
     def _start_reembed(self) -> asyncio.Task[None] | None:
@@ -305,6 +311,18 @@ class Worker:
     # ------------------------------------------------------------------ one run
 
     async def _supervise(self, active: _Active) -> None:
+        run = active.leased.run
+        span = tracing.run_span(
+            run.trace_context,
+            run_id=str(run.id),
+            agent_id=str(run.agent_id),
+            session_id=str(run.session_id),
+            attempt=run.attempt,
+        )
+        with span, metrics.RUNS_ACTIVE.track_inprogress():
+            await self._supervise_traced(active)
+
+    async def _supervise_traced(self, active: _Active) -> None:
         leased = active.leased
         run = leased.run
         log_ = log.bind(run_id=str(run.id), attempt=run.attempt)

@@ -141,3 +141,17 @@ async def test_lane_rules_hold_under_the_fair_claim(database: Database) -> None:
     await finish(database, first.id)
     second = await queue.claim_next("w", 30)
     assert second is not None and second.id == seqs[1]
+
+
+async def test_parallel_claims_on_one_tenants_backlog_all_find_a_run(database: Database) -> None:
+    """The fair claim offers one head per tenant; a claim that finds that head locked by a
+    concurrent claim must still take another claimable run, not come back empty."""
+    queue = RunQueue(database)
+    await backlog(database, "acme", sessions=20, per_session=1)
+    # hold acme's fair head in an open transaction, as a concurrent claim would
+    async with database.queue() as held:
+        first = (
+            await held.execute(query("claim_next"), {"worker_id": "w1", "lease_seconds": 30})
+        ).one()
+        other = await queue.claim_next("w2", 30)
+        assert other is not None and other.id != first.id
