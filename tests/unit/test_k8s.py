@@ -158,7 +158,8 @@ def test_probes_point_at_real_routes_on_the_app_port(manifests: list[dict[str, A
     routes = {path for path, operations in paths.items() if "get" in operations}
     api = _container(_one(manifests, "Deployment", "agent-runtime-api"))
     ports = {port["name"]: port["containerPort"] for port in api["ports"]}
-    assert ports == {"http": int(_config(manifests)["PORT"])}
+    config = _config(manifests)
+    assert ports == {"http": int(config["PORT"]), "metrics": int(config["METRICS_PORT"])}
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -249,3 +250,19 @@ def test_dockerfile_installs_bubblewrap_without_setuid() -> None:
     users = re.findall(r"^USER (\S+)$", text, flags=re.M)
     assert users and users[-1] not in ("root", "0"), users
     assert re.search(r"^FROM python:3\.\d+-slim", text, flags=re.M)  # Debian: apt, util-linux
+
+
+def test_every_pod_is_scraped_on_the_metrics_port(manifests: list[dict[str, Any]]) -> None:
+    """API and workers serve /metrics on METRICS_PORT, bound beyond loopback for the scraper,
+    and the Service never exposes that port."""
+    config = _config(manifests)
+    assert config["METRICS_HOST"] == "0.0.0.0"
+    for name in ("agent-runtime-api", "agent-runtime-worker"):
+        deployment = _one(manifests, "Deployment", name)
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == config["METRICS_PORT"]
+        ports = {p["name"]: p["containerPort"] for p in _container(deployment)["ports"]}
+        assert ports["metrics"] == int(config["METRICS_PORT"])
+    service = _one(manifests, "Service", "agent-runtime-api")
+    assert all(port["targetPort"] != "metrics" for port in service["spec"]["ports"])
+
