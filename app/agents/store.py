@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.db.engine import acting_as
 from app.db.models import Agent
 
 DEFAULT_AGENT_NAME = "default"
@@ -26,19 +27,27 @@ async def get_agent(session: AsyncSession, agent_id: UUID) -> Agent | None:
 async def default_agent(
     session: AsyncSession, principal: Principal, *, model: str, max_turns: int
 ) -> Agent:
-    """The tenant's default agent, created with the server defaults if it does not exist yet."""
-    await session.execute(
-        insert(Agent)
-        .values(
-            tenant_id=principal.tenant_id,
-            name=DEFAULT_AGENT_NAME,
-            model=model,
-            max_turns=max_turns,
-            is_default=True,
-            owner_user_id=principal.user_id,
+    """The tenant's default agent, created with the server defaults if it does not exist yet.
+
+    Members may not write agents (RLS); the runtime creates the default on their behalf.
+    """
+    existing = await find_default_agent(session)
+    if existing is not None:
+        return existing
+    creator = principal if principal.role != "member" else principal.as_service()
+    async with acting_as(session, creator, then=principal):
+        await session.execute(
+            insert(Agent)
+            .values(
+                tenant_id=principal.tenant_id,
+                name=DEFAULT_AGENT_NAME,
+                model=model,
+                max_turns=max_turns,
+                is_default=True,
+                owner_user_id=principal.user_id,
+            )
+            .on_conflict_do_nothing()
         )
-        .on_conflict_do_nothing()
-    )
     agent = await session.scalar(
         select(Agent).where(Agent.tenant_id == principal.tenant_id, Agent.is_default)
     )

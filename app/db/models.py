@@ -81,6 +81,8 @@ class AgentSession(Base):
     compactions: Mapped[int] = mapped_column(Integer, server_default="0")
     memory_flushed_through_seq: Mapped[int] = mapped_column(Integer, server_default="0")
     """Transcript rows up to this seq were offered for a memory flush (each row once)."""
+    visibility: Mapped[str] = mapped_column(Text, server_default="private")
+    """`private` (its user and the tenant's admins) or `tenant` (every member may read it)."""
 
 
 class Run(Base):
@@ -334,6 +336,10 @@ class ToolApproval(Base):
     trust_seconds: Mapped[int | None] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
+    approver_role: Mapped[str | None] = mapped_column(Text)
+    """The role a decider needs (`admin` or `owner`; None: anyone who sees the approval)."""
+    allow_self_approval: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    """False: the run's own user may not decide it."""
 
 
 class ToolTrust(Base):
@@ -383,3 +389,14 @@ class AuditEvent(Base):
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
     request_id: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
+
+
+class TenantMember(Base):
+    """A user seen in the tenant's tokens and the role their latest token gave them."""
+
+    __tablename__ = "tenant_members"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    role: Mapped[str] = mapped_column(Text)
+    first_seen_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()

@@ -90,6 +90,9 @@ INSERTS: dict[str, str] = {
     "run_inbox": (
         "INSERT INTO run_inbox (tenant_id, run_id, kind, text) VALUES (:tenant, :run, 'steer', :name)"
     ),
+    "tenant_members": (
+        "INSERT INTO tenant_members (tenant_id, user_id, role) VALUES (:tenant, :name, 'member')"
+    ),
 }
 TABLES = list(INSERTS)
 APPEND_ONLY = ["audit_events"]
