@@ -22,6 +22,7 @@ from app.api.routes import (
     chat,
     files,
     health,
+    members,
     memory,
     policies,
     runs,
@@ -38,6 +39,7 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tenants.members import MemberRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -117,6 +119,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         tools,
         policies,
         approvals,
+        members,
         memory,
         health,
     ):
@@ -125,6 +128,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         app.include_router(module.router)
     _document_auth_unavailable(files.router)
     app.include_router(files.router)  # raw-byte uploads: documents its own body errors
+    app.state.members = MemberRegistry()
     install_workbench(app)  # the page at `/` (not in the OpenAPI document)
     return app
 

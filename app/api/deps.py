@@ -18,6 +18,7 @@ from app.auth.verifier import AuthUnavailableError, TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tenants.members import MemberRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +89,24 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 async def current_principal(
+    request: Request,
     verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """The verified caller; 401 for a missing/invalid token or an unconfigured server, 503 when
-    the token's signing keys cannot be fetched."""
+    the token's signing keys cannot be fetched. Recorded in `tenant_members` (see
+    `app.tenants.members`) when its role is new to this process."""
+    principal = await _verified(verifier, credentials)
+    members = getattr(request.app.state, "members", None)
+    runtime = getattr(request.app.state, "runtime", None)
+    if isinstance(members, MemberRegistry) and isinstance(runtime, Runtime):
+        await members.observe(runtime.db, principal)
+    return principal
+
+
+async def _verified(
+    verifier: TokenVerifier, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
     if not verifier.modes:
         raise ApiError(
             401,

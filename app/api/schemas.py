@@ -223,6 +223,10 @@ class RunEventsPage(ApiModel):
 # ------------------------------------------------------------------ sessions
 
 
+SessionVisibility = Literal["private", "tenant"]
+"""Who may read a session besides its user and the tenant's admins."""
+
+
 class SessionInfo(ApiModel):
     """A chat session of the tenant."""
 
@@ -249,6 +253,22 @@ class SessionInfo(ApiModel):
         description="The session's active run (running, parked awaiting an approval or waiting, "
         "else the first queued one); null when idle. Follow it with `GET /stream` to resume "
         "watching a run."
+    )
+    user_id: str = Field(description="The session's user (who may post to it).")
+    visibility: SessionVisibility = Field(
+        description="`private`: its user and the tenant's owners/admins only; `tenant`: every "
+        "member may read it (read-only: only its user and admins post to it)."
+    )
+
+
+class SessionUpdate(ApiModel):
+    """A change to a session (by its user or a tenant admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    visibility: SessionVisibility = Field(
+        description="`tenant` shares the session (and its runs, events, approvals' outcomes and "
+        "files) read-only with every member; `private` takes it back."
     )
 
 

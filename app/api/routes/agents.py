@@ -15,9 +15,10 @@ from sqlalchemy.exc import IntegrityError
 
 from app.agents import store as agent_store
 from app.api.agent_schemas import AgentCreate, AgentList, AgentOut, AgentUpdate
-from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
+from app.api.deps import AdminPrincipal, CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
 from app.api.schemas import error_responses
+from app.audit.record import record_audit
 from app.db.models import Agent
 from app.runtime.agent_settings import AgentSettings, merge_settings
 
@@ -70,6 +71,11 @@ def agent_out(agent: Agent) -> AgentOut:
     )
 
 
+def audited(out: AgentOut) -> dict[str, Any]:
+    """An agent as its audit events record it (the API's JSON view, without timestamps)."""
+    return out.model_dump(mode="json", by_alias=True, exclude={"created_at", "updated_at"})
+
+
 def _not_found(agent_id: UUID) -> ApiError:
     return ApiError(404, f"agent {agent_id} not found", field="agentId")
 
@@ -84,16 +90,17 @@ def _conflict(exc: IntegrityError, name: str | None) -> ApiError:
     "",
     status_code=201,
     response_model=AgentOut,
-    responses=error_responses(400, 401, 409, 413, 415, 422),
+    responses=error_responses(400, 401, 403, 409, 413, 415, 422),
 )
 async def create_agent(
-    principal: CurrentPrincipal,
+    principal: AdminPrincipal,
     db: DatabaseDep,
     settings: SettingsDep,
     _json: JsonBody,
     body: AgentCreate,
 ) -> AgentOut:
-    """Create an agent owned by the caller (omitted fields: the server defaults)."""
+    """Create an agent owned by the caller (omitted fields: the server defaults). Tenant
+    owners and admins only (403 `forbidden_role`)."""
     extra = AgentSettings.model_validate({name: getattr(body, name) for name in _SETTINGS_FIELDS})
     try:
         async with db.tenant(principal) as s:
@@ -106,9 +113,18 @@ async def create_agent(
                 max_turns=body.max_turns or min(settings.max_turns, 100),
                 settings=extra.dump(),
             )
+            out = agent_out(agent)
+            await record_audit(
+                s,
+                principal,
+                "agent.created",
+                target_type="agent",
+                target_id=str(agent.id),
+                after=audited(out),
+            )
     except IntegrityError as exc:
         raise _conflict(exc, body.name) from None
-    return agent_out(agent)
+    return out
 
 
 @router.get("", response_model=AgentList, responses=error_responses(401))
@@ -138,17 +154,17 @@ async def get_agent(
 @router.patch(
     "/{agentId}",
     response_model=AgentOut,
-    responses=error_responses(400, 401, 404, 409, 413, 415, 422),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422),
 )
 async def update_agent(
-    principal: CurrentPrincipal,
+    principal: AdminPrincipal,
     db: DatabaseDep,
     _json: JsonBody,
     agent_id: AgentIdPath,
     body: AgentUpdate,
 ) -> AgentOut:
     """Change an agent; runs already started keep the settings they began with, except that a
-    resumed attempt reads the agent again."""
+    resumed attempt reads the agent again. Tenant owners and admins only (403 `forbidden_role`)."""
     changes = body.changes()
     try:
         async with db.tenant(principal) as s:
@@ -162,8 +178,20 @@ async def update_agent(
                     {**current, **{k: v for k, v in changes.items() if k in _SETTINGS_FIELDS}}
                 )
                 values["settings"] = merge_settings(agent.settings, updated)
-            if values:
-                agent = await agent_store.update_agent(s, agent, values)
-            return agent_out(agent)
+            before = agent_out(agent)
+            if not values:
+                return before
+            agent = await agent_store.update_agent(s, agent, values)
+            after = agent_out(agent)
+            await record_audit(
+                s,
+                principal,
+                "agent.updated",
+                target_type="agent",
+                target_id=str(agent.id),
+                before=audited(before),
+                after=audited(after),
+            )
+            return after
     except IntegrityError as exc:
         raise _conflict(exc, changes.get("name")) from None
