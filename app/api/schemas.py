@@ -391,6 +391,9 @@ _BUSY_DESCRIPTION = (
 _ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body.",
     401: "Missing, invalid or expired bearer token (or the server has no JWT secret).",
+    403: "Not allowed for the caller's tenant role: `forbidden_role` (needs owner/admin), "
+    "`read_only_session` (another user's shared session), `forbidden_approver` (the approval's "
+    "rule names another approver or forbids self-approval).",
     404: "No such object for this tenant (another tenant's objects are 404 too).",
     409: "The request conflicts with the object's state.",
     413: "The request body is larger than 1 MiB.",
