@@ -386,7 +386,8 @@ class Readiness(ApiModel):
 
 _BUSY_DESCRIPTION = (
     "`session_busy`: the session has a live run and the message was posted with `ifBusy=reject` "
-    "(or its agent's `ifBusy` is `reject`); `error.runId` names the run."
+    "(or its agent's `ifBusy` is `reject`); `error.runId` names the run. `conflict`: the "
+    "`sessionKey` is another user's private session (choose another key)."
 )
 _ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body.",

@@ -170,6 +170,17 @@ async def test_private_sessions_are_their_users_and_shared_ones_are_read_only(
     r = await post(api, carol, "let me in", sessionKey="bob-chat")
     assert r.status_code == 409, r.text
     assert "another user's private session" in error_of(r)["message"]
+    chat = {
+        "id": "bob-chat",
+        "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+        "trigger": "submit-message",
+        "messageId": None,
+    }
+    r = await api.client.post(f"{BASE}/chat", json=chat, headers=carol)  # the AI SDK's route
+    assert r.status_code == 409, r.text
+    assert error_of(r)["code"] == "conflict"
+    r = await api.client.get(f"{BASE}/chat/bob-chat/stream", headers=carol)
+    assert r.status_code == 204, r.text  # bob's queued run does not exist for her
     r = await api.client.patch(
         f"{BASE}/sessions/bob-chat", json={"visibility": "tenant"}, headers=carol
     )

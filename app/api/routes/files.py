@@ -248,7 +248,7 @@ async def download_file(
     responses={
         200: {"model": WorkspaceFileInfo, "description": "Replaced.", "headers": _FILE_HEADERS},
         201: {"description": "Created.", "headers": _FILE_HEADERS},
-        **error_responses(401, 404, 422),
+        **error_responses(401, 403, 404, 422),
         **_UPLOAD_ERRORS,
     },
     openapi_extra={
@@ -302,7 +302,7 @@ async def upload_file(
     "/{sessionKey}/files/{path:path}",
     status_code=204,
     response_class=Response,
-    responses=error_responses(401, 404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
 async def delete_file(
     principal: CurrentPrincipal,
