@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -97,3 +97,12 @@ async def update_agent(session: AsyncSession, agent: Agent, values: dict[str, An
     )
     await session.refresh(agent)
     return agent
+
+
+async def delete_agent(session: AsyncSession, agent_id: UUID) -> bool:
+    """Delete the agent (its policy and memory go with it); whether it existed.
+
+    `IntegrityError` while sessions, runs or spawns still name it (their history keeps it).
+    """
+    gone = await session.scalar(delete(Agent).where(Agent.id == agent_id).returning(Agent.id))
+    return gone is not None

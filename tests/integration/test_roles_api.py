@@ -74,6 +74,7 @@ async def test_members_read_agents_and_policies_but_only_admins_change_them(
     writes = [
         ("POST", f"{BASE}/agents", {"name": "helper"}),
         ("PATCH", f"{BASE}/agents/{default_id}", {"maxTurns": 3}),
+        ("DELETE", f"{BASE}/agents/{default_id}", None),
         ("PUT", f"{BASE}/policies", {"profile": "full"}),
         ("DELETE", f"{BASE}/policies", None),
         ("PUT", f"{BASE}/agents/{default_id}/policy", {"deny": ["run_shell"]}),
@@ -118,6 +119,22 @@ async def test_members_read_agents_and_policies_but_only_admins_change_them(
     [deleted] = await audit_events(database, "policy.deleted")
     assert deleted.before is not None and deleted.after is None
     assert all(e.request_id for e in (created, updated, first, second, deleted))
+
+    # deleting: the default agent and one with sessions stay (409); an unused one goes
+    r = await api.client.delete(f"{BASE}/agents/{default_id}", headers=carol)
+    assert r.status_code == 409 and "default agent" in error_of(r)["message"]
+    assert (await post(api, bob, agentId=helper)).status_code == 202
+    r = await api.client.delete(f"{BASE}/agents/{helper}", headers=carol)
+    assert r.status_code == 409 and "used by sessions" in error_of(r)["message"]
+    r = await api.client.post(f"{BASE}/agents", json={"name": "temp"}, headers=carol)
+    temp = r.json()["id"]
+    r = await api.client.delete(f"{BASE}/agents/{temp}", headers=carol)
+    assert r.status_code == 204, r.text
+    assert (await api.client.get(f"{BASE}/agents/{temp}", headers=carol)).status_code == 404
+    assert (await api.client.delete(f"{BASE}/agents/{temp}", headers=carol)).status_code == 404
+    [gone] = await audit_events(database, "agent.deleted")
+    assert gone.target_id == temp and gone.after is None
+    assert gone.before is not None and gone.before["name"] == "temp"
 
 
 # ------------------------------------------------------------------ session visibility

@@ -1,4 +1,5 @@
-"""Agents: create, list, read and change the tenant's agent configurations.
+"""Agents: create, list, read, change and delete the tenant's agent configurations (changes:
+owners and admins only, each with its audit event).
 
 The tenant's default agent (used by runs posted without `agentId`) is created with the server
 defaults on the tenant's first run, or by the first `GET /agents`, so it can be configured before
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 from sqlalchemy.exc import IntegrityError
 
 from app.agents import store as agent_store
@@ -195,3 +196,45 @@ async def update_agent(
             return after
     except IntegrityError as exc:
         raise _conflict(exc, changes.get("name")) from None
+
+
+@router.delete(
+    "/{agentId}",
+    status_code=204,
+    response_class=Response,
+    responses=error_responses(401, 403, 404, 409, 422),
+)
+async def delete_agent(
+    principal: AdminPrincipal, db: DatabaseDep, agent_id: AgentIdPath
+) -> Response:
+    """Delete an agent that no session uses (its tool policy and memory go with it); 409 for the
+    default agent or one with sessions (they keep their history). Owners and admins only."""
+    try:
+        async with db.tenant(principal) as s:
+            agent = await agent_store.lock_agent(s, agent_id)
+            if agent is None:
+                raise _not_found(agent_id)
+            if agent.is_default:
+                raise ApiError(
+                    409,
+                    "the default agent cannot be deleted (runs without agentId use it)",
+                    field="agentId",
+                )
+            before = audited(agent_out(agent))
+            await agent_store.delete_agent(s, agent_id)
+            await record_audit(
+                s,
+                principal,
+                "agent.deleted",
+                target_type="agent",
+                target_id=str(agent_id),
+                before=before,
+            )
+    except IntegrityError:
+        raise ApiError(
+            409,
+            f"agent {agent_id} is used by sessions or runs, which keep their history; "
+            "it cannot be deleted",
+            field="agentId",
+        ) from None
+    return Response(status_code=204)
