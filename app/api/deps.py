@@ -89,24 +89,11 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 async def current_principal(
-    request: Request,
     verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """The verified caller; 401 for a missing/invalid token or an unconfigured server, 503 when
-    the token's signing keys cannot be fetched. Recorded in `tenant_members` (see
-    `app.tenants.members`) when its role is new to this process."""
-    principal = await _verified(verifier, credentials)
-    members = getattr(request.app.state, "members", None)
-    runtime = getattr(request.app.state, "runtime", None)
-    if isinstance(members, MemberRegistry) and isinstance(runtime, Runtime):
-        await members.observe(runtime.db, principal)
-    return principal
-
-
-async def _verified(
-    verifier: TokenVerifier, credentials: HTTPAuthorizationCredentials | None
-) -> Principal:
+    the token's signing keys cannot be fetched."""
     if not verifier.modes:
         raise ApiError(
             401,
@@ -130,7 +117,19 @@ async def _verified(
         raise ApiError(401, exc.message, headers=_CHALLENGE) from exc
 
 
-CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+async def observed_principal(
+    request: Request, principal: Annotated[Principal, Depends(current_principal)]
+) -> Principal:
+    """The verified caller, recorded in `tenant_members` when its role is new to this process
+    (`app.tenants.members`: a role change is audited as `member.role_changed`)."""
+    members = getattr(request.app.state, "members", None)
+    runtime = getattr(request.app.state, "runtime", None)
+    if isinstance(members, MemberRegistry) and isinstance(runtime, Runtime):
+        await members.observe(runtime.db, principal)
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(observed_principal)]
 
 RunIdQuery = Annotated[
     UUID, Query(alias="runId", description="The run's id (from `POST /api/agent-runtime`).")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Query
 from fastapi.security import HTTPAuthorizationCredentials
 
 from app.api.deps import RunIdQuery, SettingsDep, VerifierDep, bearer, current_principal
@@ -31,7 +31,6 @@ TicketQuery = Annotated[
 
 
 async def stream_principal(
-    request: Request,
     settings: SettingsDep,
     verifier: VerifierDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -41,7 +40,7 @@ async def stream_principal(
     """The ticket's principal when `ticket` is given (the bearer token is then not used), else the
     bearer's; 401 for an invalid, expired or other run's ticket."""
     if ticket is None:
-        return await current_principal(request, verifier, credentials)
+        return await current_principal(verifier, credentials)
     key = ticket_key(settings)
     if key is None:
         raise ApiError(401, "this server cannot verify stream tickets", field="ticket")
