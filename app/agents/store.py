@@ -34,20 +34,23 @@ async def default_agent(
     existing = await find_default_agent(session)
     if existing is not None:
         return existing
-    creator = principal if principal.role != "member" else principal.as_service()
-    async with acting_as(session, creator, then=principal):
-        await session.execute(
-            insert(Agent)
-            .values(
-                tenant_id=principal.tenant_id,
-                name=DEFAULT_AGENT_NAME,
-                model=model,
-                max_turns=max_turns,
-                is_default=True,
-                owner_user_id=principal.user_id,
-            )
-            .on_conflict_do_nothing()
+    create = (
+        insert(Agent)
+        .values(
+            tenant_id=principal.tenant_id,
+            name=DEFAULT_AGENT_NAME,
+            model=model,
+            max_turns=max_turns,
+            is_default=True,
+            owner_user_id=principal.user_id,
         )
+        .on_conflict_do_nothing()
+    )
+    if principal.role == "member":
+        async with acting_as(session, principal.as_service(), then=principal):
+            await session.execute(create)
+    else:
+        await session.execute(create)
     agent = await session.scalar(
         select(Agent).where(Agent.tenant_id == principal.tenant_id, Agent.is_default)
     )

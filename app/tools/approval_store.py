@@ -3,9 +3,10 @@
 A decision locks the run, then the approval; checks the decider against the approval's
 `approver_role`/`allow_self_approval` (403); records who decided what and why (on the row and as
 an `approval.approved`/`approval.denied` audit event); stores a `trustSeconds` grant (scoped as
-`approvals.covers` says); puts a parked run back in the queue at the head of its lane and emits `approval.resolved`. An approval past its `expires_at` is a deny: it is
-expired lazily (a decision attempt, a listing) and by every worker's heartbeat
-(`sweep_expired_approvals`), which requeues its run so that the loop feeds the denial back.
+`approvals.covers` says); puts a parked run back in the queue at the head of its lane and emits
+`approval.resolved`. An approval past its `expires_at` is a deny: it is expired lazily (a
+decision attempt, a listing) and by every worker's heartbeat (`sweep_expired_approvals`), which
+requeues its run so that the loop feeds the denial back.
 """
 
 from __future__ import annotations
