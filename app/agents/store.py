@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.db.engine import acting_as
 from app.db.models import Agent
 
 DEFAULT_AGENT_NAME = "default"
@@ -26,8 +27,14 @@ async def get_agent(session: AsyncSession, agent_id: UUID) -> Agent | None:
 async def default_agent(
     session: AsyncSession, principal: Principal, *, model: str, max_turns: int
 ) -> Agent:
-    """The tenant's default agent, created with the server defaults if it does not exist yet."""
-    await session.execute(
+    """The tenant's default agent, created with the server defaults if it does not exist yet.
+
+    Members may not write agents (RLS); the runtime creates the default on their behalf.
+    """
+    existing = await find_default_agent(session)
+    if existing is not None:
+        return existing
+    create = (
         insert(Agent)
         .values(
             tenant_id=principal.tenant_id,
@@ -39,6 +46,11 @@ async def default_agent(
         )
         .on_conflict_do_nothing()
     )
+    if principal.role == "member":
+        async with acting_as(session, principal.as_service(), then=principal):
+            await session.execute(create)
+    else:
+        await session.execute(create)
     agent = await session.scalar(
         select(Agent).where(Agent.tenant_id == principal.tenant_id, Agent.is_default)
     )
@@ -88,3 +100,12 @@ async def update_agent(session: AsyncSession, agent: Agent, values: dict[str, An
     )
     await session.refresh(agent)
     return agent
+
+
+async def delete_agent(session: AsyncSession, agent_id: UUID) -> bool:
+    """Delete the agent (its policy and memory go with it); whether it existed.
+
+    `IntegrityError` while sessions, runs or spawns still name it (their history keeps it).
+    """
+    gone = await session.scalar(delete(Agent).where(Agent.id == agent_id).returning(Agent.id))
+    return gone is not None

@@ -25,6 +25,7 @@ from app.api.routes import (
     chat,
     files,
     health,
+    members,
     memory,
     metrics,
     policies,
@@ -46,6 +47,7 @@ from app.db.engine import Database
 from app.observability.tracing import tracing_enabled
 from app.queue.manager import RunQueue
 from app.tenants.quotas import QuotaDefaults
+from app.tenants.members import MemberRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -130,6 +132,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         approvals,
         audit,
         provider_keys,
+        members,
         memory,
         quotas,
         health,
@@ -140,6 +143,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
         app.include_router(module.router)
     _document_auth_unavailable(files.router)
     app.include_router(files.router)  # raw-byte uploads: documents its own body errors
+    app.state.members = MemberRegistry()
     install_workbench(app)  # the page at `/` (not in the OpenAPI document)
     if tracing_enabled():
         # the request's server span (the parent of the runs it enqueues); not for scrapes and

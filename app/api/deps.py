@@ -18,6 +18,7 @@ from app.auth.verifier import AuthUnavailableError, TokenVerifier
 from app.config import Settings
 from app.db.engine import Database
 from app.queue.manager import RunQueue
+from app.tenants.members import MemberRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,19 @@ async def current_principal(
         raise ApiError(401, exc.message, headers=_CHALLENGE) from exc
 
 
-CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+async def observed_principal(
+    request: Request, principal: Annotated[Principal, Depends(current_principal)]
+) -> Principal:
+    """The verified caller, recorded in `tenant_members` when its role is new to this process
+    (`app.tenants.members`: a role change is audited as `member.role_changed`)."""
+    members = getattr(request.app.state, "members", None)
+    runtime = getattr(request.app.state, "runtime", None)
+    if isinstance(members, MemberRegistry) and isinstance(runtime, Runtime):
+        await members.observe(runtime.db, principal)
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(observed_principal)]
 
 RunIdQuery = Annotated[
     UUID, Query(alias="runId", description="The run's id (from `POST /api/agent-runtime`).")

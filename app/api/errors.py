@@ -17,7 +17,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import ConflictError, NotFoundError, QuotaExceededError, SessionBusyError
+from app.core.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    QuotaExceededError,
+    SessionBusyError,
+)
 from app.queue.busy import LaneContendedError
 
 log = structlog.get_logger(__name__)
@@ -166,6 +172,11 @@ async def _on_conflict(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(ApiError(409, exc.message))
 
 
+async def _on_forbidden(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ForbiddenError)
+    return error_response(ApiError(403, exc.message, code=exc.code, field=exc.field))
+
+
 async def _on_session_busy(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SessionBusyError)
     body = error_body("session_busy", exc.message, extra={"runId": str(exc.run_id)})
@@ -207,6 +218,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(NotFoundError, _on_not_found)
     app.add_exception_handler(ConflictError, _on_conflict)
+    app.add_exception_handler(ForbiddenError, _on_forbidden)
     app.add_exception_handler(SessionBusyError, _on_session_busy)
     app.add_exception_handler(LaneContendedError, _on_lane_contended)
     app.add_exception_handler(QuotaExceededError, _on_quota_exceeded)

@@ -235,6 +235,10 @@ class RunEventsPage(ApiModel):
 # ------------------------------------------------------------------ sessions
 
 
+SessionVisibility = Literal["private", "tenant"]
+"""Who may read a session besides its user and the tenant's admins."""
+
+
 class SessionInfo(ApiModel):
     """A chat session of the tenant."""
 
@@ -261,6 +265,22 @@ class SessionInfo(ApiModel):
         description="The session's active run (running, parked awaiting an approval or waiting, "
         "else the first queued one); null when idle. Follow it with `GET /stream` to resume "
         "watching a run."
+    )
+    user_id: str = Field(description="The session's user (who may post to it).")
+    visibility: SessionVisibility = Field(
+        description="`private`: its user and the tenant's owners/admins only; `tenant`: every "
+        "member may read it (read-only: only its user and admins post to it)."
+    )
+
+
+class SessionUpdate(ApiModel):
+    """A change to a session (by its user or a tenant admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    visibility: SessionVisibility = Field(
+        description="`tenant` shares the session (and its runs, events, approvals' outcomes and "
+        "files) read-only with every member; `private` takes it back."
     )
 
 
@@ -378,12 +398,15 @@ class Readiness(ApiModel):
 
 _BUSY_DESCRIPTION = (
     "`session_busy`: the session has a live run and the message was posted with `ifBusy=reject` "
-    "(or its agent's `ifBusy` is `reject`); `error.runId` names the run."
+    "(or its agent's `ifBusy` is `reject`); `error.runId` names the run. `conflict`: the "
+    "`sessionKey` is another user's private session (choose another key)."
 )
 _ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body.",
     401: "Missing, invalid or expired bearer token (or the server has no JWT secret).",
-    403: "`forbidden_role`: only the tenant's owners and admins may do this.",
+    403: "Not allowed for the caller's tenant role: `forbidden_role` (needs owner/admin), "
+    "`read_only_session` (another user's shared session), `forbidden_approver` (the approval's "
+    "rule names another approver or forbids self-approval).",
     404: "No such object for this tenant (another tenant's objects are 404 too).",
     409: "The request conflicts with the object's state.",
     413: "The request body is larger than 1 MiB.",

@@ -213,6 +213,17 @@ class ApprovalInfo(ApiModel):
     trust_seconds: int | None
     expires_at: datetime
     created_at: datetime
+    approver_role: Literal["admin", "owner"] | None = Field(
+        description="Who may decide it, from the rule that required it (kept when the policy "
+        "changes later): `admin` (a tenant owner or admin), `owner`; null: anyone who can see "
+        "it (the run's user, the tenant's owners and admins)."
+    )
+    allow_self_approval: bool = Field(
+        description="false: the run's own user may not decide it (the rule's allowSelfApproval)."
+    )
+    can_decide: bool = Field(
+        description="Whether the caller may decide it now (pending, and allowed by the rule)."
+    )
 
 
 class ApprovalPage(ApiModel):

@@ -1,5 +1,5 @@
 """The errors several layers raise and catch: a lost lease, and the API-facing not found and
-conflict (rendered as 404 and 409 by `app.api.errors`)."""
+conflict and forbidden (rendered as 404, 409 and 403 by `app.api.errors`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ class NotFoundError(LookupError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+class ForbiddenError(PermissionError):
+    """The caller's role (or relation to the object) does not allow this (rendered as 403 with
+    `code`, e.g. `forbidden_role`, `read_only_session`)."""
+
+    def __init__(self, message: str, *, code: str = "forbidden", field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.field = field
 
 
 class ConflictError(RuntimeError):

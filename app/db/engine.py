@@ -34,6 +34,23 @@ _SET_TENANT = text(
 _SET_ROLE = text("SELECT set_config('role', :role, true)")
 
 
+@asynccontextmanager
+async def acting_as(
+    session: AsyncSession, principal: Principal, then: Principal
+) -> AsyncIterator[AsyncSession]:
+    """Within a `Database.tenant(then)` transaction, run statements as `principal` (e.g. the
+    runtime creating a member's tenant's default agent), then go back to `then`'s claims."""
+    await session.execute(
+        _SET_TENANT, {"role": APP_ROLE, "claims": json.dumps(principal.db_claims())}
+    )
+    try:
+        yield session
+    finally:
+        await session.execute(
+            _SET_TENANT, {"role": APP_ROLE, "claims": json.dumps(then.db_claims())}
+        )
+
+
 class Database:
     """Owns the connection pool; hands out role- and tenant-scoped transactions."""
 

@@ -82,6 +82,8 @@ class AgentSession(Base):
     compactions: Mapped[int] = mapped_column(Integer, server_default="0")
     memory_flushed_through_seq: Mapped[int] = mapped_column(Integer, server_default="0")
     """Transcript rows up to this seq were offered for a memory flush (each row once)."""
+    visibility: Mapped[str] = mapped_column(Text, server_default="private")
+    """`private` (its user and the tenant's admins) or `tenant` (every member may read it)."""
 
 
 class Run(Base):
@@ -338,6 +340,10 @@ class ToolApproval(Base):
     trust_seconds: Mapped[int | None] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
+    approver_role: Mapped[str | None] = mapped_column(Text)
+    """The role a decider needs (`admin` or `owner`; None: anyone who sees the approval)."""
+    allow_self_approval: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    """False: the run's own user may not decide it."""
 
 
 class ToolTrust(Base):
@@ -436,3 +442,14 @@ class TenantClaim(Base):
     __tablename__ = "tenant_claims"
     tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
     last_claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class TenantMember(Base):
+    """A user seen in the tenant's tokens and the role their latest token gave them."""
+
+    __tablename__ = "tenant_members"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    role: Mapped[str] = mapped_column(Text)
+    first_seen_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()

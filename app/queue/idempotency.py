@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.db.engine import acting_as
 from app.db.models import IdempotencyKey
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
@@ -130,7 +131,9 @@ async def answer_once(
         answer = Answer(run_id=stored.run_id, status_code=stored.status_code, body=stored.response)
         return Outcome(answer=answer, replayed=True)
     answer = await create(s)
-    await _prune_expired(s, principal.tenant_id)
+    # housekeeping of the whole tenant's keys: a member may see only their own (RLS)
+    async with acting_as(s, principal.as_service(), then=principal):
+        await _prune_expired(s, principal.tenant_id)
     await _store(s, principal, request, answer)
     return Outcome(answer=answer, replayed=False)
 

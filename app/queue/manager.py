@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.agents.store import default_agent, get_agent
 from app.auth.principal import Principal
-from app.core.errors import ConflictError, NotFoundError
+from app.core.errors import ConflictError, ForbiddenError, NotFoundError
 from app.core.events import EventError, RunCancelledEvent, RunFailedEvent
 from app.db.engine import Database
 from app.db.models import Agent, AgentSession, Run, ToolExecution
@@ -265,7 +265,7 @@ class RunQueue:
             return EnqueuedRun(run_id=run_id, session_key=key)
 
         async def admit() -> None:
-            await admit_run(s, principal.tenant_id, self.quotas)
+            await admit_run(s, principal, self.quotas)
 
         posted = await post_message(
             s,
@@ -288,22 +288,15 @@ class RunQueue:
     async def _get_or_create_session(
         self, s: AsyncSession, principal: Principal, key: str, agent: Agent | None
     ) -> AgentSession:
-        existing = await s.scalar(
-            select(AgentSession).where(
-                AgentSession.tenant_id == principal.tenant_id, AgentSession.session_key == key
-            )
-        )
+        existing = await self._visible_session(s, principal, key)
         if existing is not None:
-            await s.execute(
-                update(AgentSession)
-                .where(AgentSession.id == existing.id)
-                .values(last_run_at=func.now(), updated_at=func.now())
-            )
             return existing
         if agent is None:
             agent = await default_agent(
                 s, principal, model=self.default_model, max_turns=self.max_turns
             )
+        # DO NOTHING, not DO UPDATE: a key taken by a session this caller may not see (another
+        # member's private one) must not reach the UPDATE policy, which would raise.
         created: AgentSession | None = await s.scalar(
             insert(AgentSession)
             .values(
@@ -313,14 +306,45 @@ class RunQueue:
                 user_id=principal.user_id,
                 last_run_at=func.now(),
             )
-            .on_conflict_do_update(
-                constraint="agent_sessions_tenant_key_key",
-                set_={"last_run_at": func.now(), "updated_at": func.now()},
-            )
+            .on_conflict_do_nothing(constraint="agent_sessions_tenant_key_key")
             .returning(AgentSession)
         )
-        assert created is not None
-        return created
+        if created is not None:
+            return created
+        raced = await self._visible_session(s, principal, key)  # created concurrently
+        if raced is not None:
+            return raced
+        raise ConflictError(
+            f"session key {key!r} belongs to another user's private session; "
+            "use another key (or omit sessionKey for a new one)"
+        )
+
+    async def _visible_session(
+        self, s: AsyncSession, principal: Principal, key: str
+    ) -> AgentSession | None:
+        """The session with this key the caller can see, touched for a new post; None when
+        there is none. ForbiddenError for a member posting to someone else's shared session
+        (read-only for everyone but its user; owners/admins and the runtime may post)."""
+        existing = await s.scalar(
+            select(AgentSession).where(
+                AgentSession.tenant_id == principal.tenant_id, AgentSession.session_key == key
+            )
+        )
+        if existing is None:
+            return None
+        if principal.role == "member" and existing.user_id != principal.user_id:
+            raise ForbiddenError(
+                f"session {key!r} is shared read-only by its user: members may read it but "
+                "not post to it (start your own session, or ask a tenant admin)",
+                code="read_only_session",
+                field="sessionKey",
+            )
+        await s.execute(
+            update(AgentSession)
+            .where(AgentSession.id == existing.id)
+            .values(last_run_at=func.now(), updated_at=func.now())
+        )
+        return existing
 
     async def get_run(self, principal: Principal, run_id: UUID) -> tuple[Run, str] | None:
         """The run and its session key, if it belongs to the principal's tenant."""
@@ -343,10 +367,19 @@ class RunQueue:
     async def cancel(self, principal: Principal, run_id: UUID) -> str:
         """Cancel a run; returns its status afterwards (`cancelled`, or `running` while stopping).
 
-        Raises NotFoundError for another tenant's or an unknown run, ConflictError when it has
-        already finished some other way.
+        Raises NotFoundError for another tenant's or an unknown run (or another member's private
+        one), ForbiddenError for a member and another user's run of a shared session,
+        ConflictError when it has already finished some other way.
         """
         async with self.db.tenant(principal) as s:
+            owner = await s.scalar(select(Run.user_id).where(Run.id == run_id))
+            if owner is not None and principal.role == "member" and owner != principal.user_id:
+                raise ForbiddenError(
+                    f"run {run_id} is another user's (in a session shared read-only): only its "
+                    "user or a tenant admin may cancel it",
+                    code="read_only_session",
+                    field="runId",
+                )
             if await s.scalar(query("cancel_idle"), {"run_id": run_id}) is not None:
                 await close_approvals(s, run_id, f"run cancelled by {principal.user_id}")
                 await emit_unleased(

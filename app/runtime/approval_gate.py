@@ -20,6 +20,7 @@ from app.db.models import ToolApproval
 from app.queue.lease import FencedWrite, LeasedRun
 from app.runtime.run_state import RunState
 from app.runtime.tool_records import upsert_execution
+from app.tools.approval_rules import Approver
 from app.tools.approvals import (
     EXPIRED_REASON,
     ApprovalRequest,
@@ -42,8 +43,14 @@ class Gate:
     refusal: str | None = None
 
 
-async def approval_gate(state: RunState, call: ToolCall, tool: Tool, reason: str) -> Gate:
-    """Let an approval-requiring call through, refuse it, or raise `AwaitingApproval`."""
+async def approval_gate(
+    state: RunState, call: ToolCall, tool: Tool, reason: str, approver: Approver | None = None
+) -> Gate:
+    """Let an approval-requiring call through, refuse it, or raise `AwaitingApproval`.
+
+    `approver`: who may decide a new approval (stored with it, so a later policy change does
+    not loosen it)."""
+    approver = approver or Approver()
     leased = state.leased
     run = leased.run
     async with leased.db.tenant(run.principal) as s:
@@ -62,6 +69,8 @@ async def approval_gate(state: RunState, call: ToolCall, tool: Tool, reason: str
         risk=tool.risk,
         reason=reason,
         expires_at=datetime.now(UTC) + timedelta(seconds=state.settings.approval_ttl_seconds),
+        approver_role=approver.role,
+        allow_self_approval=approver.allow_self,
     )
     async with leased.write() as w:
         await insert_trusted(w.session, run, request)  # or AwaitingApproval: no grant covers it

@@ -110,7 +110,7 @@ async def _execute_one(
     approval_id = None
     tool = guard.tool(call)
     if tool is not None and (reason := guard.approval_reason(call)) is not None:
-        gate = await approval_gate(state, call, tool, reason)
+        gate = await approval_gate(state, call, tool, reason, guard.approver(call))
         approval_id = gate.approval_id
         if gate.refusal is not None:
             metrics.observe_tool_call(label, "refused")

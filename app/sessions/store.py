@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-from sqlalchemy import Select, or_, select, tuple_
+from sqlalchemy import Select, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -201,3 +201,16 @@ async def active_run_id(session: AsyncSession, session_key: str) -> UUID | None:
         .order_by((Run.status == "queued").asc(), Run.queue_seq)
         .limit(1)
     )
+
+
+async def set_visibility(
+    session: AsyncSession, agent_session: AgentSession, visibility: str
+) -> AgentSession:
+    """Share (`tenant`) or unshare (`private`) a session; returns it refreshed."""
+    await session.execute(
+        update(AgentSession)
+        .where(AgentSession.id == agent_session.id)
+        .values(visibility=visibility, updated_at=func.now())
+    )
+    await session.refresh(agent_session)
+    return agent_session

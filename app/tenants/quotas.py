@@ -24,8 +24,10 @@ from typing import Literal
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.principal import Principal
 from app.config import Settings
 from app.core.errors import QuotaExceededError
+from app.db.engine import acting_as
 from app.db.models import TenantQuota, TenantUsageDaily
 
 LimitName = Literal["runsPerMinute", "activeRuns", "queuedRuns", "tokensPerDay"]
@@ -187,9 +189,13 @@ _COUNTS = text(
 )
 
 
-async def counts(s: AsyncSession, tenant_id: str) -> Counts:
-    """What counts against the tenant's limits now (database time)."""
-    row = (await s.execute(_COUNTS, {"tenant_id": tenant_id})).one()
+async def counts(s: AsyncSession, principal: Principal) -> Counts:
+    """What counts against `principal`'s tenant's limits now (database time): every run of the
+    tenant, whoever's, so the count is read as the runtime (a member's own RLS shows only the
+    runs of its own and shared sessions)."""
+    tenant_id = principal.tenant_id
+    async with acting_as(s, principal.as_service(), principal):
+        row = (await s.execute(_COUNTS, {"tenant_id": tenant_id})).one()
     tokens, now = await tokens_today(s, tenant_id)
     return Counts(
         runs_last_minute=int(row.last_minute),
@@ -201,7 +207,7 @@ async def counts(s: AsyncSession, tenant_id: str) -> Counts:
     )
 
 
-async def admit_run(s: AsyncSession, tenant_id: str, defaults: QuotaDefaults) -> None:
+async def admit_run(s: AsyncSession, principal: Principal, defaults: QuotaDefaults) -> None:
     """Check that the tenant may create one more run now; raise `QuotaExceededError` if not.
 
     Call it in the transaction that inserts the run, right before the insert: with a counting
@@ -215,9 +221,9 @@ async def admit_run(s: AsyncSession, tenant_id: str, defaults: QuotaDefaults) ->
     if counting:
         await s.execute(
             text("SELECT pg_advisory_xact_lock(:cls, hashtext(:tenant_id))"),
-            {"cls": _LOCK_CLASS, "tenant_id": tenant_id},
+            {"cls": _LOCK_CLASS, "tenant_id": principal.tenant_id},
         )
-    now_counts = await counts(s, tenant_id)
+    now_counts = await counts(s, principal)
     refusal = refusal_of(limits, now_counts)
     if refusal is not None:
         raise refusal

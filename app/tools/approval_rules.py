@@ -54,6 +54,25 @@ TRIGGER_ORDER: Final[dict[str, int]] = {"args": 0, "tool": 1, "risk": 2}
 """Most specific first: the order in which a call's reason is chosen among triggered rules."""
 
 
+ApproverRole = Literal["admin", "owner"]
+"""Who may decide an approval a rule requires: `admin` (an owner or admin) or `owner` only."""
+_ROLE_RANK: Final[dict[str | None, int]] = {None: 0, "admin": 1, "owner": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Approver:
+    """Who may decide the approvals of a call: a role (None: anyone who sees the approval) and
+    whether the run's own user may."""
+
+    role: ApproverRole | None = None
+    allow_self: bool = True
+
+    def merge(self, other: Approver) -> Approver:
+        """The stricter of both (the higher role; self-approval only if both allow it)."""
+        role = self.role if _ROLE_RANK[self.role] >= _ROLE_RANK[other.role] else other.role
+        return Approver(role=role, allow_self=self.allow_self and other.allow_self)
+
+
 @dataclass(frozen=True, slots=True)
 class Trigger:
     """A rule that requires approval of a call: its kind and the reason in words."""
@@ -157,6 +176,22 @@ class ApprovalRules(_Rules):
     args: list[ArgRule] = Field(
         default_factory=list, max_length=MAX_ALLOWLIST, description="Argument allowlists."
     )
+    approver_role: ApproverRole | None = Field(
+        default=None,
+        description="Who may decide the approvals these rules require: `admin` (a tenant owner "
+        "or admin) or `owner` (an owner only). Unset: anyone who can see the approval (the "
+        "run's user, the tenant's admins).",
+    )
+    allow_self_approval: bool = Field(
+        default=True,
+        description="`false`: the run's own user may not decide the approvals these rules "
+        "require (someone else must, e.g. an admin).",
+    )
+
+    @property
+    def approver(self) -> Approver:
+        """Who may decide the approvals these rules require."""
+        return Approver(role=self.approver_role, allow_self=self.allow_self_approval)
 
     @field_validator("tools")
     @classmethod

@@ -1,10 +1,12 @@
 """Deciding, listing and expiring approvals (API side and the workers' expiry sweep).
 
-A decision locks the run, then the approval; records who decided what and why (the row is the
-audit record); stores a `trustSeconds` grant (scoped as `approvals.covers` says); puts a parked run back in the queue at the head of
-its lane and emits `approval.resolved`. An approval past its `expires_at` is a deny: it is
-expired lazily (a decision attempt, a listing) and by every worker's heartbeat
-(`sweep_expired_approvals`), which requeues its run so that the loop feeds the denial back.
+A decision locks the run, then the approval; checks the decider against the approval's
+`approver_role`/`allow_self_approval` (403); records who decided what and why (on the row and as
+an `approval.approved`/`approval.denied` audit event); stores a `trustSeconds` grant (scoped as
+`approvals.covers` says); puts a parked run back in the queue at the head of its lane and emits
+`approval.resolved`. An approval past its `expires_at` is a deny: it is expired lazily (a
+decision attempt, a listing) and by every worker's heartbeat (`sweep_expired_approvals`), which
+requeues its run so that the loop feeds the denial back.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from uuid import UUID
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.audit.record import record_audit
 from app.auth.principal import Principal
-from app.core.errors import ConflictError, NotFoundError
+from app.core.errors import ConflictError, ForbiddenError, NotFoundError
 from app.core.state_machine import TERMINAL_STATUSES
 from app.db.engine import Database
 from app.db.models import Run, ToolApproval, ToolTrust
 from app.queue.event_log import emit_unleased
 from app.queue.sql import query
-from app.tools.approvals import EXPIRED_REASON, resolved_event
+from app.tools.approvals import EXPIRED_REASON, decision_refusal, resolved_event
 
 SWEEP_USER = "agent-runtime:approval-expiry"
 """The `sub` of the tenant transactions the expiry sweep opens (shows in no audit field)."""
@@ -70,10 +73,11 @@ async def _lock(s: AsyncSession, approval_id: UUID) -> tuple[str, ToolApproval] 
 
 async def decide(
     db: Database, principal: Principal, approval_id: UUID, decision: Decision
-) -> ToolApproval:
+) -> ListedApproval:
     """Record `decision` and resume the run. NotFoundError for another tenant's or an unknown
     approval; ConflictError if it was already decided, has expired or its run has finished."""
     conflict: str | None = None
+    run_user: str | None = None
     async with db.tenant(principal) as s:
         locked = await _lock(s, approval_id)
         if locked is None:
@@ -81,6 +85,17 @@ async def decide(
         run_status, approval = locked
         now = await s.scalar(select(func.now()))
         assert now is not None
+        run_user = await s.scalar(select(Run.user_id).where(Run.id == approval.run_id))
+        if approval.status == "pending":
+            refusal = decision_refusal(
+                approval.approver_role,
+                approval.allow_self_approval,
+                approval.reason,
+                run_user or "",
+                principal,
+            )
+            if refusal is not None:
+                raise ForbiddenError(refusal, code="forbidden_approver", field="approvalId")
         if approval.status != "pending":
             conflict = f"approval {approval_id} is already {approval.status}"
         elif run_status in TERMINAL_STATUSES:
@@ -93,6 +108,22 @@ async def decide(
             status = "approved" if decision.decision == "approve" else "denied"
             trust = decision.trust_seconds if status == "approved" else 0
             await _resolve(s, approval, status, principal.user_id, decision.reason, trust)
+            await record_audit(
+                s,
+                principal,
+                f"approval.{status}",
+                target_type="approval",
+                target_id=str(approval.id),
+                after={
+                    "runId": str(approval.run_id),
+                    "tool": approval.tool,
+                    "rule": approval.reason,
+                    "approverRole": approval.approver_role,
+                    "allowSelfApproval": approval.allow_self_approval,
+                    "reason": decision.reason,
+                    "trustSeconds": trust or None,
+                },
+            )
             if trust:
                 s.add(
                     ToolTrust(
@@ -108,7 +139,7 @@ async def decide(
         await s.refresh(approval)
     if conflict is not None:
         raise ConflictError(conflict)
-    return approval
+    return ListedApproval(approval, run_user or "")
 
 
 async def _resolve(
@@ -185,6 +216,14 @@ async def sweep_expired_approvals(db: Database) -> int:
     return expired
 
 
+@dataclass(frozen=True, slots=True)
+class ListedApproval:
+    """An approval with the user of its run (who "self" is for `allowSelfApproval`)."""
+
+    row: ToolApproval
+    run_user_id: str
+
+
 async def list_approvals(
     db: Database,
     principal: Principal,
@@ -192,25 +231,32 @@ async def list_approvals(
     run_id: UUID | None = None,
     status: str | None = None,
     limit: int = 100,
-) -> list[ToolApproval]:
-    """The tenant's approvals, newest first (overdue pending ones are expired first)."""
+) -> list[ListedApproval]:
+    """The approvals the caller may see (a member: of their own runs; admins: the tenant's),
+    newest first (overdue pending ones are expired first)."""
     async with db.tenant(principal) as s:
         await expire_overdue(s, run_id=run_id)
-        stmt = select(ToolApproval).order_by(ToolApproval.created_at.desc(), ToolApproval.id.desc())
+        stmt = (
+            select(ToolApproval, Run.user_id)
+            .join(Run, Run.id == ToolApproval.run_id)
+            .order_by(ToolApproval.created_at.desc(), ToolApproval.id.desc())
+        )
         if run_id is not None:
             stmt = stmt.where(ToolApproval.run_id == run_id)
         if status is not None:
             stmt = stmt.where(ToolApproval.status == status)
-        return list(await s.scalars(stmt.limit(limit)))
+        rows = await s.execute(stmt.limit(limit))
+        return [ListedApproval(row, user) for row, user in rows]
 
 
-async def get_approval(db: Database, principal: Principal, approval_id: UUID) -> ToolApproval:
-    """One approval of the tenant (expired first if overdue); NotFoundError otherwise."""
+async def get_approval(db: Database, principal: Principal, approval_id: UUID) -> ListedApproval:
+    """One approval the caller may see (expired first if overdue); NotFoundError otherwise."""
     async with db.tenant(principal) as s:
         run_id = await s.scalar(select(ToolApproval.run_id).where(ToolApproval.id == approval_id))
         if run_id is None:
             raise _not_found(approval_id)
         await expire_overdue(s, run_id=run_id)
         approval = await s.get(ToolApproval, approval_id, populate_existing=True)
+        run_user = await s.scalar(select(Run.user_id).where(Run.id == run_id))
     assert approval is not None
-    return approval
+    return ListedApproval(approval, run_user or "")

@@ -32,6 +32,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.principal import Principal
 from app.core.events import ApprovalRequiredEvent, ApprovalResolvedEvent
 from app.db.models import ToolApproval, ToolTrust
 from app.queue.manager import ClaimedRun
@@ -51,6 +52,10 @@ class ApprovalRequest:
     risk: str
     reason: str
     expires_at: datetime
+    approver_role: str | None = None
+    """Who may decide (`admin`, `owner`; None: anyone who sees it)."""
+    allow_self_approval: bool = True
+    """False: not the run's own user."""
 
     def event(self) -> ApprovalRequiredEvent:
         """The `approval.required` event."""
@@ -75,6 +80,8 @@ class ApprovalRequest:
             risk=row.risk,
             reason=row.reason,
             expires_at=row.expires_at,
+            approver_role=row.approver_role,
+            allow_self_approval=row.allow_self_approval,
         )
 
 
@@ -178,6 +185,8 @@ def _approval_row(run: ClaimedRun, request: ApprovalRequest) -> dict[str, Any]:
         "risk": request.risk,
         "reason": request.reason,
         "expires_at": request.expires_at,
+        "approver_role": request.approver_role,
+        "allow_self_approval": request.allow_self_approval,
     }
 
 
@@ -224,3 +233,33 @@ async def mark_expired(s: AsyncSession, approval_id: UUID, reason: str = EXPIRED
         .returning(ToolApproval.id)
     )
     return done is not None
+
+
+def decision_refusal(
+    approver_role: str | None,
+    allow_self_approval: bool,
+    reason: str,
+    run_user_id: str,
+    principal: Principal,
+) -> str | None:
+    """Why `principal` may not decide an approval (None: they may), naming its rule (`reason`).
+
+    The approval stores its rule's `approverRole`/`allowSelfApproval` when it is created, so a
+    policy edited while it waits changes nothing about who may decide it.
+    """
+    if approver_role == "owner" and principal.role != "owner":
+        return (
+            f"only a tenant owner may decide this approval (rule: {reason}, approverRole "
+            f"'owner'); your role is {principal.role!r}"
+        )
+    if approver_role == "admin" and not principal.is_admin:
+        return (
+            f"only a tenant owner or admin may decide this approval (rule: {reason}, "
+            f"approverRole 'admin'); your role is {principal.role!r}"
+        )
+    if not allow_self_approval and principal.user_id == run_user_id:
+        return (
+            f"the run's own user may not decide this approval (rule: {reason}, "
+            "allowSelfApproval false); ask another member with the right role"
+        )
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.transcript import ToolCall
+from app.tools.approval_rules import Approver
 from app.tools.base import Tool
 from app.tools.policy import EffectivePolicy
 from app.tools.registry import PolicyToolRegistry, ToolRegistry
@@ -56,6 +57,11 @@ class CallGuard:
         """Why an allowed, valid call needs a human's approval (None: it does not)."""
         tool = self.offered.get(call.name)
         return None if tool is None else self.policy.approval_reason(tool, call.args)
+
+    def approver(self, call: ToolCall) -> Approver:
+        """Who may decide `call`'s approval (see `EffectivePolicy.approver`)."""
+        tool = self.offered.get(call.name)
+        return Approver() if tool is None else self.policy.approver(tool, call.args)
 
     def allowed_names(self) -> list[str]:
         """The offered tools the policy allows."""

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from app.tools.approval_rules import TRIGGER_ORDER, ApprovalRules
+from app.tools.approval_rules import TRIGGER_ORDER, ApprovalRules, Approver
 from app.tools.base import Tool
 from app.tools.patterns import first_match
 
@@ -210,6 +210,17 @@ class EffectivePolicy:
             if (reason := ceiling.approval_reason(tool, args)) is not None:
                 return f"{reason}, of the spawning run"
         return None
+
+    def approver(self, tool: Tool, args: dict[str, object]) -> Approver:
+        """Who may decide a call's approval: the strictest `approverRole`/`allowSelfApproval` of
+        the layers whose rules require it (and of the ceilings')."""
+        result = Approver()
+        for layer in self.layers():
+            if layer.require_approval.triggers(tool, dict(args)):
+                result = result.merge(layer.require_approval.approver)
+        for ceiling in self.ceilings:
+            result = result.merge(ceiling.approver(tool, args))
+        return result
 
     def approval_rule(self, tool: Tool) -> str | None:
         """When calls of `tool` need approval, in words, whatever their arguments (None: never).

@@ -81,6 +81,8 @@ async def put_layer(
             set_={**values, "updated_at": func.now()},
         )
         .returning(AgentToolPolicy)
+        # the row may be loaded already (the audit's "before"): take the new values
+        .execution_options(populate_existing=True)
     )
     assert row is not None
     return StoredLayer(layer_of(row), row)

@@ -25,6 +25,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
+from app.core.errors import ForbiddenError
 from app.db.engine import Database
 from app.db.models import AgentSession, WorkspaceFile
 from app.tools.base import ToolContext, ToolError
@@ -166,15 +167,32 @@ class Workspace:
         *,
         max_file_bytes: int,
         max_total_bytes: int,
+        writable: bool = False,
     ) -> Workspace | None:
-        """The workspace of the principal's session `session_key`; None when the tenant has no
-        such session (another tenant's does not exist here: RLS)."""
+        """The workspace of the principal's session `session_key`; None when the caller cannot
+        see such a session (another tenant's, another member's private one: RLS).
+
+        `writable`: the caller means to change it — ForbiddenError for a member and a session
+        shared by someone else (read-only to them).
+        """
         async with db.tenant(principal) as s:
-            session_id = await s.scalar(
-                select(AgentSession.id).where(AgentSession.session_key == session_key)
-            )
-        if session_id is None:
+            row = (
+                await s.execute(
+                    select(AgentSession.id, AgentSession.user_id).where(
+                        AgentSession.session_key == session_key
+                    )
+                )
+            ).one_or_none()
+        if row is None:
             return None
+        session_id, owner = row
+        if writable and principal.role == "member" and owner != principal.user_id:
+            raise ForbiddenError(
+                f"session {session_key!r} is shared read-only by its user: members may read "
+                "its files but not change them",
+                code="read_only_session",
+                field="sessionKey",
+            )
         return cls(
             db,
             principal,

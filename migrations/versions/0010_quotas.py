@@ -2,7 +2,7 @@
 claiming across tenants (tenant_claims).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-24
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

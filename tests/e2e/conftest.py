@@ -41,8 +41,12 @@ class Stack:
     user: str = "alice"
     """The user (and so, by default, the tenant) of calls that name none."""
 
-    def token(self, user: str | None = None, tenant: str | None = None) -> str:
-        return mint_token(SECRET, user_id=user or self.user, tenant_id=tenant)
+    def token(
+        self, user: str | None = None, tenant: str | None = None, role: str | None = None
+    ) -> str:
+        """A token of `user` (default: the stack's) in `tenant` (default: their own, which they
+        own); `role` as `app_metadata.role` (a shared tenant's default is member)."""
+        return mint_token(SECRET, user_id=user or self.user, tenant_id=tenant, role=role)
 
     def headers(self, user: str | None = None, tenant: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(user, tenant)}"}

@@ -53,7 +53,7 @@ def test_the_openapi_document_holds_under_fuzzing(stack: Stack, tmp_path: Path) 
         "run",
         f"{stack.base_url}/openapi.json",
         "--header",
-        f"Authorization: Bearer {stack.token('fuzzer', 'fuzzing')}",
+        f"Authorization: Bearer {stack.token('fuzzer', 'fuzzing', role='owner')}",
         "--checks",
         CHECKS,
         "--phases",

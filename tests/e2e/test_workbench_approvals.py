@@ -2,7 +2,8 @@
 Chromium against the real API and workers: a gated tool call opens the approval dialog in every
 open tab of the user and closes everywhere once decided; approving runs it (a sandboxed command
 whose output and files show on its card); denying, queueing, "decided elsewhere"; a plan run's
-steps and progress; cancel; a compaction marker in the conversation."""
+steps and progress; cancel; a compaction marker in the conversation; an approval the user may
+not decide (its rule forbids self-approval) says so."""
 
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def test_approvals_queue_up_deny_anywhere_and_decided_elsewhere(stack: Stack, ta
     # deciding one that was decided meanwhile (a 409: as if the poll had not caught up yet)
     stale = next(a for a in found if a["args"]["path"] == "b.txt")
     two.evaluate(
-        "(a) => window.workbench.approvals.add(a, Infinity)", {**stale, "status": "pending"}
+        "(a) => window.workbench.approvals.add(a, Infinity)",
+        {**stale, "status": "pending", "canDecide": True},  # as a stale poll listed it
     )
     modal = dialog(two, "write_file")
     expect(modal).to_be_visible()
@@ -179,6 +181,28 @@ def test_approvals_queue_up_deny_anywhere_and_decided_elsewhere(stack: Stack, ta
     expect(modal).to_be_hidden()
     expect(two.locator(".approval-note").last).to_contain_text("decided elsewhere")
     assert not tabs.errors("status of 409"), tabs.console
+
+
+def test_an_approval_its_rule_keeps_from_the_runs_user_says_why(stack: Stack, tabs: Tabs) -> None:
+    api(
+        stack,
+        "PUT",
+        "/policies",
+        {"requireApproval": {"tools": ["write_file"], "allowSelfApproval": False}},
+    )
+    page = tabs.open()
+    send(page, '/tool write_file {"path": "a.txt", "content": "x"}')
+    modal = dialog(page, "write_file")
+    expect(modal).to_be_visible(timeout=20_000)
+    expect(modal.locator(".approval-error")).to_contain_text(
+        "The run's own user may not decide this approval"
+    )
+    expect(modal.get_by_role("button", name="Approve")).to_be_disabled()
+    expect(modal.get_by_role("button", name="Deny")).to_be_disabled()
+    modal.get_by_role("button", name="Later").click()  # never a decision
+    expect(modal).to_be_hidden()
+    [pending] = api(stack, "GET", "/approvals")["approvals"]
+    assert pending["status"] == "pending" and pending["canDecide"] is False
 
 
 def test_a_plan_run_shows_its_steps_revision_and_progress(stack: Stack, tabs: Tabs) -> None:

@@ -68,7 +68,10 @@ async def test_list_sessions_newest_first_with_fields(api: Api) -> None:
         "compactions",
         "parentSessionKey",
         "liveRunId",
+        "userId",
+        "visibility",
     }
+    assert older["userId"] == "alice" and older["visibility"] == "private"
     assert older["lastRunAt"] is not None
     assert older["tokenCount"] > 0 and older["compactions"] == 0
 

@@ -98,6 +98,8 @@ async def test_park_approve_resume_with_the_lane_held(
         assert approval["args"] == {"path": "out.txt", "content": "approved content"}
         assert approval["reason"] == "tool matches 'write_file' (tenant policy)"
         assert approval["decidedBy"] is None and approval["decidedAt"] is None
+        assert approval["approverRole"] is None and approval["allowSelfApproval"] is True
+        assert approval["canDecide"] is True  # the run's user, under a rule naming no approver
         required = dict(await run_events(database, alice, run_id))[ev.APPROVAL_REQUIRED]
         assert required["approvalId"] == approval["approvalId"]
         assert (required["tool"], required["risk"], required["reason"]) == (

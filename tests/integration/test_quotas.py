@@ -332,3 +332,22 @@ async def test_admins_set_overrides_audited(api: Api, database: Database) -> Non
         "queuedRuns": None,
         "tokensPerDay": None,
     }
+
+
+async def test_members_count_against_the_tenants_limits_not_only_their_own(
+    database: Database, db_url: str
+) -> None:
+    """A member's RLS shows only their own sessions' runs; the quota must still count every run
+    of the tenant (and /usage show the tenant's numbers), or each member would get the limit."""
+    async with quota_api(database, db_url, quota_queued_runs=2) as api:
+        for user in ("bob", "carol"):
+            r = await api.client.post(
+                RUNS, json={"message": "hi"}, headers=auth(user, tenant="acme", role="member")
+            )
+            assert r.status_code == 202, r.text
+        dave = auth("dave", tenant="acme", role="member")
+        r = await api.client.post(RUNS, json={"message": "hi"}, headers=dave)
+        refused(r, "queuedRuns", 2, 2)
+        usage = (await api.client.get(f"{RUNS}/usage", headers=dave)).json()
+    assert usage["usage"]["queuedRuns"] == 2
+    assert await stored(database) == (2, 2)

@@ -95,6 +95,9 @@ INSERTS: dict[str, str] = {
         "VALUES (:tenant, (ARRAY['gemini', 'openai'])[:n], 'k1', '\\x000000000000000000000000', "
         "'\\x00', 'abcd')"
     ),
+    "tenant_members": (
+        "INSERT INTO tenant_members (tenant_id, user_id, role) VALUES (:tenant, :name, 'member')"
+    ),
 }
 TABLES = list(INSERTS)
 APPEND_ONLY = ["audit_events"]

@@ -265,4 +265,3 @@ def test_every_pod_is_scraped_on_the_metrics_port(manifests: list[dict[str, Any]
         assert ports["metrics"] == int(config["METRICS_PORT"])
     service = _one(manifests, "Service", "agent-runtime-api")
     assert all(port["targetPort"] != "metrics" for port in service["spec"]["ports"])
-

@@ -1,4 +1,5 @@
-"""Agents: create, list, read and change the tenant's agent configurations.
+"""Agents: create, list, read, change and delete the tenant's agent configurations (changes:
+owners and admins only, each with its audit event).
 
 The tenant's default agent (used by runs posted without `agentId`) is created with the server
 defaults on the tenant's first run, or by the first `GET /agents`, so it can be configured before
@@ -10,14 +11,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 from sqlalchemy.exc import IntegrityError
 
 from app.agents import store as agent_store
 from app.api.agent_schemas import AgentCreate, AgentList, AgentOut, AgentUpdate
-from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
+from app.api.deps import AdminPrincipal, CurrentPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
 from app.api.schemas import error_responses
+from app.audit.record import record_audit
 from app.db.models import Agent
 from app.runtime.agent_settings import AgentSettings, merge_settings
 
@@ -70,6 +72,11 @@ def agent_out(agent: Agent) -> AgentOut:
     )
 
 
+def audited(out: AgentOut) -> dict[str, Any]:
+    """An agent as its audit events record it (the API's JSON view, without timestamps)."""
+    return out.model_dump(mode="json", by_alias=True, exclude={"created_at", "updated_at"})
+
+
 def _not_found(agent_id: UUID) -> ApiError:
     return ApiError(404, f"agent {agent_id} not found", field="agentId")
 
@@ -84,16 +91,17 @@ def _conflict(exc: IntegrityError, name: str | None) -> ApiError:
     "",
     status_code=201,
     response_model=AgentOut,
-    responses=error_responses(400, 401, 409, 413, 415, 422),
+    responses=error_responses(400, 401, 403, 409, 413, 415, 422),
 )
 async def create_agent(
-    principal: CurrentPrincipal,
+    principal: AdminPrincipal,
     db: DatabaseDep,
     settings: SettingsDep,
     _json: JsonBody,
     body: AgentCreate,
 ) -> AgentOut:
-    """Create an agent owned by the caller (omitted fields: the server defaults)."""
+    """Create an agent owned by the caller (omitted fields: the server defaults). Tenant
+    owners and admins only (403 `forbidden_role`)."""
     extra = AgentSettings.model_validate({name: getattr(body, name) for name in _SETTINGS_FIELDS})
     try:
         async with db.tenant(principal) as s:
@@ -106,9 +114,18 @@ async def create_agent(
                 max_turns=body.max_turns or min(settings.max_turns, 100),
                 settings=extra.dump(),
             )
+            out = agent_out(agent)
+            await record_audit(
+                s,
+                principal,
+                "agent.created",
+                target_type="agent",
+                target_id=str(agent.id),
+                after=audited(out),
+            )
     except IntegrityError as exc:
         raise _conflict(exc, body.name) from None
-    return agent_out(agent)
+    return out
 
 
 @router.get("", response_model=AgentList, responses=error_responses(401))
@@ -138,17 +155,17 @@ async def get_agent(
 @router.patch(
     "/{agentId}",
     response_model=AgentOut,
-    responses=error_responses(400, 401, 404, 409, 413, 415, 422),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422),
 )
 async def update_agent(
-    principal: CurrentPrincipal,
+    principal: AdminPrincipal,
     db: DatabaseDep,
     _json: JsonBody,
     agent_id: AgentIdPath,
     body: AgentUpdate,
 ) -> AgentOut:
     """Change an agent; runs already started keep the settings they began with, except that a
-    resumed attempt reads the agent again."""
+    resumed attempt reads the agent again. Tenant owners and admins only (403 `forbidden_role`)."""
     changes = body.changes()
     try:
         async with db.tenant(principal) as s:
@@ -162,8 +179,62 @@ async def update_agent(
                     {**current, **{k: v for k, v in changes.items() if k in _SETTINGS_FIELDS}}
                 )
                 values["settings"] = merge_settings(agent.settings, updated)
-            if values:
-                agent = await agent_store.update_agent(s, agent, values)
-            return agent_out(agent)
+            before = agent_out(agent)
+            if not values:
+                return before
+            agent = await agent_store.update_agent(s, agent, values)
+            after = agent_out(agent)
+            await record_audit(
+                s,
+                principal,
+                "agent.updated",
+                target_type="agent",
+                target_id=str(agent.id),
+                before=audited(before),
+                after=audited(after),
+            )
+            return after
     except IntegrityError as exc:
         raise _conflict(exc, changes.get("name")) from None
+
+
+@router.delete(
+    "/{agentId}",
+    status_code=204,
+    response_class=Response,
+    responses=error_responses(401, 403, 404, 409, 422),
+)
+async def delete_agent(
+    principal: AdminPrincipal, db: DatabaseDep, agent_id: AgentIdPath
+) -> Response:
+    """Delete an agent that no session uses (its tool policy and memory go with it); 409 for the
+    default agent or one with sessions (they keep their history). Owners and admins only."""
+    try:
+        async with db.tenant(principal) as s:
+            agent = await agent_store.lock_agent(s, agent_id)
+            if agent is None:
+                raise _not_found(agent_id)
+            if agent.is_default:
+                raise ApiError(
+                    409,
+                    "the default agent cannot be deleted (runs without agentId use it)",
+                    field="agentId",
+                )
+            before = audited(agent_out(agent))
+            await agent_store.delete_agent(s, agent_id)
+            await record_audit(
+                s,
+                principal,
+                "agent.deleted",
+                target_type="agent",
+                target_id=str(agent_id),
+                before=before,
+            )
+    except IntegrityError:
+        raise ApiError(
+            409,
+            f"agent {agent_id} is used by sessions or runs, which keep their history; "
+            "it cannot be deleted",
+            field="agentId",
+        ) from None
+    return Response(status_code=204)

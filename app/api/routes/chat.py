@@ -92,7 +92,7 @@ ChatIdPath = Annotated[
     "/chat",
     response_class=EventSourceResponse,
     responses={
-        **error_responses(401, 404, 422),
+        **error_responses(401, 403, 404, 422),
         **busy_responses(),
         **quota_responses(),
         **idempotent_responses(200),

@@ -115,7 +115,12 @@ def _checked(raw: str, field: str) -> str:
 
 
 async def _workspace(
-    db: Database, principal: Principal, settings: Settings, session_key: str
+    db: Database,
+    principal: Principal,
+    settings: Settings,
+    session_key: str,
+    *,
+    writable: bool = False,
 ) -> Workspace:
     workspace = await Workspace.for_session_key(
         db,
@@ -123,6 +128,7 @@ async def _workspace(
         session_key,
         max_file_bytes=settings.workspace_max_file_bytes,
         max_total_bytes=settings.workspace_max_total_bytes,
+        writable=writable,
     )
     if workspace is None:
         raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
@@ -242,7 +248,7 @@ async def download_file(
     responses={
         200: {"model": WorkspaceFileInfo, "description": "Replaced.", "headers": _FILE_HEADERS},
         201: {"description": "Created.", "headers": _FILE_HEADERS},
-        **error_responses(401, 404, 422),
+        **error_responses(401, 403, 404, 422),
         **_UPLOAD_ERRORS,
     },
     openapi_extra={
@@ -271,7 +277,7 @@ async def upload_file(
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)  # before reading a byte of it
-    workspace = await _workspace(db, principal, settings, session_key)
+    workspace = await _workspace(db, principal, settings, session_key, writable=True)
     content = await _read_body(request, limit)
     try:
         entry, created = await workspace.put(path, content)
@@ -296,7 +302,7 @@ async def upload_file(
     "/{sessionKey}/files/{path:path}",
     status_code=204,
     response_class=Response,
-    responses=error_responses(401, 404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
 async def delete_file(
     principal: CurrentPrincipal,
@@ -307,7 +313,7 @@ async def delete_file(
 ) -> Response:
     """Delete one file (not a folder)."""
     path = _checked(path, "path")
-    workspace = await _workspace(db, principal, settings, session_key)
+    workspace = await _workspace(db, principal, settings, session_key, writable=True)
     if not await workspace.delete(path):
         raise ApiError(404, f"no such file: {path}", field="path")
     return Response(status_code=204)

@@ -6,17 +6,19 @@ How the layers combine is documented in `app/tools/policy.py` and in the README.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Path
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.agents.store import get_agent
-from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody
+from app.api.deps import AdminPrincipal, CurrentPrincipal, DatabaseDep, JsonBody
 from app.api.errors import ApiError
 from app.api.schemas import error_responses
 from app.api.tool_schemas import PolicyBody, PolicyInfo
+from app.audit.record import record_audit
+from app.auth.principal import Principal
 from app.tools.approval_rules import ApprovalRules
 from app.tools.policy import DEFAULT_PROFILE, DEFAULT_SESSION_SCOPE, PolicyLayer
 from app.tools.policy_store import StoredLayer, delete_layer, get_layer, put_layer
@@ -83,6 +85,35 @@ def layer_of(body: PolicyBody, agent_id: UUID | None) -> PolicyLayer:
     )
 
 
+def _audited(agent_id: UUID | None, stored: StoredLayer | None) -> dict[str, Any] | None:
+    if stored is None:
+        return None
+    return policy_info(agent_id, stored).model_dump(
+        mode="json", by_alias=True, exclude={"updated_at"}
+    )
+
+
+async def _audit(
+    s: AsyncSession,
+    principal: Principal,
+    action: str,
+    agent_id: UUID | None,
+    before: StoredLayer | None,
+    after: StoredLayer | None,
+) -> None:
+    """The policy change's audit event, in the change's transaction (target: `tenant` or the
+    agent's id)."""
+    await record_audit(
+        s,
+        principal,
+        action,
+        target_type="policy",
+        target_id=str(agent_id) if agent_id is not None else "tenant",
+        before=_audited(agent_id, before),
+        after=_audited(agent_id, after),
+    )
+
+
 async def _require_agent(s: AsyncSession, agent_id: UUID) -> None:
     if await get_agent(s, agent_id) is None:
         raise ApiError(404, f"agent {agent_id} not found", field="agentId")
@@ -95,21 +126,29 @@ async def get_tenant_policy(principal: CurrentPrincipal, db: DatabaseDep) -> Pol
         return policy_info(None, await get_layer(s, None))
 
 
-@router.put("/policies", response_model=PolicyInfo, responses=error_responses(400, 401, 415, 422))
+@router.put(
+    "/policies", response_model=PolicyInfo, responses=error_responses(400, 401, 403, 415, 422)
+)
 async def put_tenant_policy(
-    principal: CurrentPrincipal, db: DatabaseDep, _json: JsonBody, body: PolicyBody
+    principal: AdminPrincipal, db: DatabaseDep, _json: JsonBody, body: PolicyBody
 ) -> PolicyInfo:
-    """Replace the tenant-wide tool policy."""
+    """Replace the tenant-wide tool policy (owners and admins only: 403 `forbidden_role`)."""
     async with db.tenant(principal) as s:
+        before = await get_layer(s, None)
         stored = await put_layer(s, principal.tenant_id, None, layer_of(body, None))
+        await _audit(s, principal, "policy.updated", None, before, stored)
     return policy_info(None, stored)
 
 
-@router.delete("/policies", response_model=PolicyInfo, responses=error_responses(401))
-async def delete_tenant_policy(principal: CurrentPrincipal, db: DatabaseDep) -> PolicyInfo:
-    """Remove the tenant-wide policy (the defaults apply: profile coding, no limits)."""
+@router.delete("/policies", response_model=PolicyInfo, responses=error_responses(401, 403))
+async def delete_tenant_policy(principal: AdminPrincipal, db: DatabaseDep) -> PolicyInfo:
+    """Remove the tenant-wide policy (the defaults apply: profile coding, no limits). Owners
+    and admins only."""
     async with db.tenant(principal) as s:
+        before = await get_layer(s, None)
         await delete_layer(s, None)
+        if before is not None:
+            await _audit(s, principal, "policy.deleted", None, before, None)
     return policy_info(None, None)
 
 
@@ -128,30 +167,37 @@ async def get_agent_policy(
 @router.put(
     "/agents/{agentId}/policy",
     response_model=PolicyInfo,
-    responses=error_responses(400, 401, 404, 415, 422),
+    responses=error_responses(400, 401, 403, 404, 415, 422),
 )
 async def put_agent_policy(
-    principal: CurrentPrincipal,
+    principal: AdminPrincipal,
     db: DatabaseDep,
     agent_id: AgentIdPath,
     _json: JsonBody,
     body: PolicyBody,
 ) -> PolicyInfo:
-    """Replace an agent's own tool policy."""
+    """Replace an agent's own tool policy (owners and admins only: 403 `forbidden_role`)."""
     async with db.tenant(principal) as s:
         await _require_agent(s, agent_id)
+        before = await get_layer(s, agent_id)
         stored = await put_layer(s, principal.tenant_id, agent_id, layer_of(body, agent_id))
+        await _audit(s, principal, "policy.updated", agent_id, before, stored)
     return policy_info(agent_id, stored)
 
 
 @router.delete(
-    "/agents/{agentId}/policy", response_model=PolicyInfo, responses=error_responses(401, 404)
+    "/agents/{agentId}/policy",
+    response_model=PolicyInfo,
+    responses=error_responses(401, 403, 404),
 )
 async def delete_agent_policy(
-    principal: CurrentPrincipal, db: DatabaseDep, agent_id: AgentIdPath
+    principal: AdminPrincipal, db: DatabaseDep, agent_id: AgentIdPath
 ) -> PolicyInfo:
-    """Remove an agent's own policy (the tenant's applies alone)."""
+    """Remove an agent's own policy (the tenant's applies alone). Owners and admins only."""
     async with db.tenant(principal) as s:
         await _require_agent(s, agent_id)
+        before = await get_layer(s, agent_id)
         await delete_layer(s, agent_id)
+        if before is not None:
+            await _audit(s, principal, "policy.deleted", agent_id, before, None)
     return policy_info(agent_id, None)

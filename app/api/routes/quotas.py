@@ -42,7 +42,7 @@ async def usage(principal: CurrentPrincipal, db: DatabaseDep, settings: Settings
     defaults = q.QuotaDefaults.from_settings(settings)
     async with db.tenant(principal) as s:
         limits = await q.limits_of(s, defaults)
-        now = await q.counts(s, principal.tenant_id)
+        now = await q.counts(s, principal)
     return UsageView(
         limits=_limits(limits),
         usage=CurrentUsage(

@@ -52,7 +52,7 @@ def run_not_found(run_id: UUID) -> ApiError:
     status_code=202,
     response_model=RunAccepted,
     responses={
-        **error_responses(400, 401, 404, 413, 415, 422),
+        **error_responses(400, 401, 403, 404, 413, 415, 422),
         **busy_responses(),
         **quota_responses(),
         **idempotent_responses(202),
@@ -161,7 +161,9 @@ def error_of(error: dict[str, Any] | None) -> RunError | None:
     return RunError(code=str(error.get("code") or "error"), message=str(error.get("message") or ""))
 
 
-@router.post("/cancel", response_model=CancelResult, responses=error_responses(401, 404, 409, 422))
+@router.post(
+    "/cancel", response_model=CancelResult, responses=error_responses(401, 403, 404, 409, 422)
+)
 async def cancel_run(
     principal: CurrentPrincipal, queue: QueueDep, run_id: RunIdQuery
 ) -> CancelResult:

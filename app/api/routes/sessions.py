@@ -1,17 +1,17 @@
-"""Sessions: the tenant's session list (with search), one session, and each session's transcript
-(JSON or JSONL)."""
+"""Sessions: the session list (with search), one session, sharing it, and each session's
+transcript (JSON or JSONL). What a caller sees is what RLS shows their role (docs/roles.md)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import CurrentPrincipal, DatabaseDep
+from app.api.deps import CurrentPrincipal, DatabaseDep, JsonBody
 from app.api.errors import ApiError
 from app.api.schemas import (
     MAX_SEQ,
@@ -22,6 +22,8 @@ from app.api.schemas import (
     MessagePage,
     SessionInfo,
     SessionPage,
+    SessionUpdate,
+    SessionVisibility,
     error_responses,
 )
 from app.auth.principal import Principal
@@ -36,6 +38,7 @@ from app.sessions.store import (
     list_compactions,
     list_messages,
     list_sessions,
+    set_visibility,
 )
 
 router = APIRouter(prefix="/api/agent-runtime/sessions", tags=["sessions"])
@@ -71,6 +74,8 @@ def _session_info(listing: SessionListing) -> SessionInfo:
         compactions=r.compactions,
         parent_session_key=listing.parent_session_key,
         live_run_id=listing.live_run_id,
+        user_id=r.user_id,
+        visibility=cast(SessionVisibility, r.visibility),
     )
 
 
@@ -96,8 +101,8 @@ async def get_sessions(
         ),
     ] = None,
 ) -> SessionPage:
-    """The tenant's sessions, most recently active first (keyset-paginated, optionally
-    searched)."""
+    """The sessions the caller may see, most recently active first (keyset-paginated, optionally
+    searched): a member's own and the shared ones; all of the tenant's for owners and admins."""
     cursor = None
     if before is not None:
         try:
@@ -126,6 +131,38 @@ async def get_session(
         found = await get_session_by_key(s, session_key)
         if found is None:
             raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
+        (listing,) = await describe_sessions(s, [found])
+    return _session_info(listing)
+
+
+@router.patch(
+    "/{sessionKey}",
+    response_model=SessionInfo,
+    responses=error_responses(400, 401, 403, 404, 415, 422),
+)
+async def patch_session(
+    principal: CurrentPrincipal,
+    db: DatabaseDep,
+    _json: JsonBody,
+    session_key: SessionKeyPath,
+    body: SessionUpdate,
+) -> SessionInfo:
+    """Share a session with the tenant (`{"visibility": "tenant"}`: every member may read it,
+    only its user and admins post to it) or make it private again. Its user or a tenant
+    owner/admin only (403 `read_only_session` for another member of a shared session)."""
+    async with db.tenant(principal) as s:
+        found = await get_session_by_key(s, session_key)
+        if found is None:
+            raise ApiError(404, f"session {session_key!r} not found", field="sessionKey")
+        if not principal.is_admin and found.user_id != principal.user_id:
+            raise ApiError(
+                403,
+                f"only the session's user or a tenant admin may change session {session_key!r}",
+                code="read_only_session",
+                field="sessionKey",
+            )
+        if found.visibility != body.visibility:
+            found = await set_visibility(s, found, body.visibility)
         (listing,) = await describe_sessions(s, [found])
     return _session_info(listing)
 

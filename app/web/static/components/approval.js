@@ -1,4 +1,6 @@
-// Approvals: a modal dialog for each pending tool approval of the tenant, one after another.
+// Approvals: a modal dialog for each pending tool approval the user may see, one after another.
+// One the user may not decide (`canDecide` false: the rule's approverRole or allowSelfApproval)
+// shows why, with Approve/Deny disabled; an error of a decision (e.g. 403) is shown in the dialog.
 //
 // Pending approvals come from two sources: the `approval.required` events of runs this tab
 // follows (at once), and `GET /approvals?status=pending`, polled every 2 s and as soon as the tab
@@ -274,6 +276,13 @@ export class Approvals {
     this.note.value = "";
     this.error.textContent = "";
     this.setBusy(false);
+    if (a.canDecide === false) {
+      // the rule names another approver (approverRole) or forbids self-approval: say so up front
+      this.approveButton.disabled = this.denyButton.disabled = true;
+      this.error.textContent = a.approverRole
+        ? `Only a tenant ${a.approverRole === "owner" ? "owner" : "owner or admin"} may decide this (approverRole ${a.approverRole})${a.allowSelfApproval === false ? ", and not the run's own user" : ""}.`
+        : "The run's own user may not decide this approval (its rule forbids self-approval).";
+    }
     this.tick();
   }
 
