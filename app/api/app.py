@@ -46,8 +46,8 @@ from app.config import Settings
 from app.db.engine import Database
 from app.observability.tracing import tracing_enabled
 from app.queue.manager import RunQueue
-from app.tenants.quotas import QuotaDefaults
 from app.tenants.members import MemberRegistry
+from app.tenants.quotas import QuotaDefaults
 
 log = structlog.get_logger(__name__)
 
