@@ -130,9 +130,12 @@ COMMENT ON TABLE tenant_members IS
 ALTER TABLE tenant_members ENABLE ROW LEVEL SECURITY;
 ALTER TABLE tenant_members FORCE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_members TO agent_runtime_app;
--- A member reads and refreshes their own row (their requests record it); admins see them all.
+-- A member reads and refreshes their own row (their requests record it), with the role their
+-- token gives them and no other; admins see them all.
 CREATE POLICY member_rows ON tenant_members FOR ALL TO agent_runtime_app
   USING (tenant_id = (SELECT public.agent_runtime_tenant_id())
          AND ((SELECT public.agent_runtime_is_admin()) OR user_id = (SELECT auth.jwt() ->> 'sub')))
   WITH CHECK (tenant_id = (SELECT public.agent_runtime_tenant_id())
-              AND ((SELECT public.agent_runtime_is_admin()) OR user_id = (SELECT auth.jwt() ->> 'sub')));
+              AND ((SELECT public.agent_runtime_is_admin())
+                   OR (user_id = (SELECT auth.jwt() ->> 'sub')
+                       AND role = (SELECT public.agent_runtime_role()))));

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import pytest
 from app.auth.jwt import mint_token
 
 SECRET = "e2e-secret-0123456789abcdef0123456789abcdef"
+SECRETS_KEY = "e2e:" + base64.b64encode(b"k" * 32).decode()
 
 
 def free_port() -> int:
@@ -217,6 +219,8 @@ def _run_stack(
         **os.environ,
         "DATABASE_URL": db_url,
         "SUPABASE_JWT_SECRET": SECRET,
+        # a deployment as documented: tenants may store their own provider keys
+        "SECRETS_KEY": SECRETS_KEY,
         "HOST": "127.0.0.1",
         "PORT": str(port),
         "LEASE_SECONDS": "2",

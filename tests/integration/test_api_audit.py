@@ -197,7 +197,15 @@ async def test_only_admins_and_owners_read_the_trail_of_their_own_tenant(api: Ap
             assert r.status_code == 403, r.text
             assert error_of(r)["code"] == "forbidden_role"
     admin = await api.client.get(AUDIT, headers=auth("bob", tenant="acme", role="admin"))
-    assert admin.status_code == 200 and len(admin.json()["events"]) == 3
+    assert admin.status_code == 200
+    newest, *seeded = admin.json()["events"]
+    # bob's token went from member to admin: the trail says so (docs/roles.md, members)
+    assert (newest["action"], newest["before"], newest["after"]) == (
+        "member.role_changed",
+        {"role": "member"},
+        {"role": "admin"},
+    )
+    assert len(seeded) == 3
     evil = await listing(api, "mallory")
     assert {e["tenantId"] for e in evil["events"]} == {"evil"} and len(evil["events"]) == 2
     assert (await api.client.get(AUDIT)).status_code == 401

@@ -265,3 +265,17 @@ async def test_tenant_members_a_member_sees_only_their_own_row(
         assert other.rowcount == 0  # type: ignore[attr-defined]
     async with database.tenant(ADMIN) as s:
         assert sorted(await s.scalars(text("SELECT user_id FROM tenant_members"))) == ["u1", "u2"]
+
+
+async def test_a_member_cannot_promote_their_own_members_row(
+    database: Database, ids: dict[str, dict[str, Any]]
+) -> None:
+    """The members list must not say `owner` for a user whose token says `member`."""
+    with pytest.raises(DBAPIError, match="row-level security"):
+        async with database.tenant(U1) as s:
+            await s.execute(text("UPDATE tenant_members SET role = 'owner' WHERE user_id = 'u1'"))
+    async with database.tenant(U1) as s:  # refreshing their row with their own role is fine
+        touched = await s.execute(
+            text("UPDATE tenant_members SET last_seen_at = now() WHERE user_id = 'u1'")
+        )
+        assert touched.rowcount == 1  # type: ignore[attr-defined]
