@@ -65,14 +65,12 @@ from app.llm.failures import (
     unexpected_failure,
 )
 from app.llm.gemini_contents import SignatureCache, to_contents
+from app.llm.provider_names import GEMINI_HINT, GEMINI_PREFIXES, gemini_configured
 from app.llm.retry import RetryPolicy, closing, stream_with_retries
 
 PROVIDER = "Gemini"
-PREFIXES = ("gemini-", "models/gemini-")
-HINT = (
-    "set GEMINI_API_KEY (or GOOGLE_API_KEY), or GOOGLE_GENAI_USE_VERTEXAI=true with "
-    "GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION"
-)
+PREFIXES = GEMINI_PREFIXES
+HINT = GEMINI_HINT
 SAFETY_FINISH = frozenset(
     {
         "SAFETY",
@@ -97,7 +95,7 @@ def thinks(model: str) -> bool:
 
 def configured(settings: Settings) -> bool:
     """Whether the settings enable Gemini (an API key, or Vertex AI with project and location)."""
-    return settings.gemini_configured()
+    return gemini_configured(settings)
 
 
 def factory(settings: Settings, policy: RetryPolicy) -> partial[GeminiModel]:

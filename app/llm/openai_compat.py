@@ -65,11 +65,12 @@ from app.llm.failures import (
     stream_cut_short,
     unexpected_failure,
 )
+from app.llm.provider_names import OPENAI_HINT, OPENAI_PREFIX, openai_configured
 from app.llm.retry import RetryPolicy, closing, stream_with_retries
 
 PROVIDER = "OpenAI-compatible server"
-PREFIX = "openai:"
-HINT = "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local OpenAI-compatible server"
+PREFIX = OPENAI_PREFIX
+HINT = OPENAI_HINT
 NO_KEY = "unused"
 """The API key sent when only `OPENAI_BASE_URL` is set (the SDK insists on one)."""
 _REJECTS_FORMAT = re.compile(r"response.?format|json.?schema", re.IGNORECASE)
@@ -79,7 +80,7 @@ log = structlog.get_logger(__name__)
 
 def configured(settings: Settings) -> bool:
     """Whether the settings enable `openai:` models (an API key or a base URL)."""
-    return settings.openai_api_key is not None or bool(settings.openai_base_url)
+    return openai_configured(settings)
 
 
 def factory(settings: Settings, policy: RetryPolicy) -> partial[OpenAIModel]:

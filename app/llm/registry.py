@@ -19,10 +19,17 @@ from functools import partial
 from typing import Any
 
 from app.config import Settings
-from app.llm import gemini, openai_compat
 from app.llm.base import Model, ModelError
 from app.llm.clients import SharedClient
 from app.llm.offline import OfflineModel
+from app.llm.provider_names import (
+    GEMINI_HINT,
+    GEMINI_PREFIXES,
+    OPENAI_HINT,
+    OPENAI_PREFIX,
+    gemini_configured,
+    openai_configured,
+)
 from app.llm.retry import RetryPolicy
 
 ModelFactory = Callable[[str], Model]
@@ -56,20 +63,25 @@ class ModelRegistry:
         registry = cls(default=settings.default_model)
         registry.register("offline", OfflineModel)
         policy = RetryPolicy.from_settings(settings)
-        gemini_models = gemini.factory(settings, policy) if gemini.configured(settings) else None
-        for prefix in gemini.PREFIXES:
-            if gemini_models is not None:
+        # Each SDK is imported only when its provider is configured (see provider_names.py).
+        if gemini_configured(settings):
+            from app.llm import gemini
+
+            gemini_models = gemini.factory(settings, policy)
+            for prefix in GEMINI_PREFIXES:
                 registry.register_prefix(prefix, gemini_models)
-            else:
-                registry.hint(prefix, gemini.HINT)
-        if gemini_models is not None:
             registry._own(gemini_models)
-        if openai_compat.configured(settings):
+        else:
+            for prefix in GEMINI_PREFIXES:
+                registry.hint(prefix, GEMINI_HINT)
+        if openai_configured(settings):
+            from app.llm import openai_compat
+
             openai_models = openai_compat.factory(settings, policy)
-            registry.register_prefix(openai_compat.PREFIX, openai_models)
+            registry.register_prefix(OPENAI_PREFIX, openai_models)
             registry._own(openai_models)
         else:
-            registry.hint(openai_compat.PREFIX, openai_compat.HINT)
+            registry.hint(OPENAI_PREFIX, OPENAI_HINT)
         return registry
 
     def _own(self, factory: partial[Any]) -> None:

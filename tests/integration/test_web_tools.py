@@ -29,9 +29,10 @@ from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.tools.base import ToolContext, ToolError
 from app.tools.registry import ToolRegistry
-from app.tools.web import ssrf, web_tools
+from app.tools.web import ssrf
 from app.tools.web.fetch import FetchLimits, fetch_url
 from app.tools.web.ssrf import AddressPolicy
+from app.tools.web.tools import web_tools
 
 TARGET_HOST = "127.0.0.2"
 ALLOW_TARGET = {"web_allowed_networks": [f"{TARGET_HOST}/32"]}
