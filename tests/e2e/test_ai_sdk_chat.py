@@ -21,9 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, stack_per_user
 
 pytestmark = pytest.mark.e2e
+
+# One API + workers for the module; each test is a user (and tenant) of its own.
+stack = pytest.fixture(stack_per_user)
 
 CLIENT_DIR = Path(__file__).with_name("ai_sdk")
 SCRIPT = CLIENT_DIR / "chat.mjs"
