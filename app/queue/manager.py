@@ -431,6 +431,12 @@ class RunQueue:
             queued_seconds=float(row.queued_seconds or 0.0),
         )
 
+    async def seconds_to_next_window(self) -> float | None:
+        """Seconds until the earliest collect window of a queued run ends (None: no window)."""
+        async with self.db.queue() as s:
+            seconds = (await s.execute(query("next_window_end"))).scalar_one_or_none()
+        return None if seconds is None else max(0.0, float(seconds))
+
     async def renew_leases(
         self, worker_id: str, run_ids: list[UUID], lease_seconds: float
     ) -> dict[UUID, bool]:

@@ -111,6 +111,14 @@ RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.
           extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
             AS queued_seconds;
 
+-- name: next_window_end
+-- Seconds until the earliest debounce window of a queued run ends (ifBusy=collect: `not_before`),
+-- or NULL. Nothing notifies the workers when a window ends, so an idle worker sleeps no longer
+-- than this (index agent_run_queue_windows).
+SELECT extract(epoch FROM min(not_before) - now()) AS seconds
+FROM agent_run_queue
+WHERE status = 'queued' AND not_before > now();
+
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
 UPDATE agent_run_queue

@@ -75,6 +75,8 @@ _TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 _BACKOFF_FIRST_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 15.0
 _REEMBED_STOP_SECONDS = 5.0
+WINDOW_SLACK_SECONDS = 0.01
+"""Claim this long after a collect window ends (its end is compared with the database's now())."""
 
 
 CLAIM_RETRIED_ERRORS = (
@@ -223,6 +225,7 @@ class Worker:
             self._wake.clear()
             try:
                 await self._claim_available()
+                wait = await self._idle_wait()
             except CLAIM_RETRIED_ERRORS as exc:
                 self.claim_failures += 1
                 delay = backoff_seconds(self.claim_failures)
@@ -243,7 +246,18 @@ class Worker:
                 log.info("claiming again: database is back", worker_id=self.worker_id)
                 self.claim_failures = 0
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+    async def _idle_wait(self) -> float:
+        """How long to wait for a wake-up before claiming again: the poll interval, or less when
+        a queued run's collect window ends sooner (nothing notifies that: the run just becomes
+        claimable). With every slot busy, a finishing run wakes the loop anyway."""
+        if len(self._active) >= self.settings.worker_concurrency:
+            return self.settings.poll_seconds
+        due = await self.queue.seconds_to_next_window()
+        if due is None:
+            return self.settings.poll_seconds
+        return min(self.settings.poll_seconds, due + WINDOW_SLACK_SECONDS)
 
     async def _claim_available(self) -> None:
         """Claim runs until the slots are full or no run is claimable."""

@@ -187,6 +187,22 @@ async def test_collect_merges_messages_into_one_queued_run(
     assert len(seen.runs) == 2
 
 
+async def test_a_collected_run_starts_when_its_window_ends_not_at_the_next_poll(
+    db_url: str, database: Database, alice: Principal
+) -> None:
+    """Nothing notifies the workers when a collect window ends; an idle worker (polling every
+    30 s here) must still claim the run right after it, not at its next poll."""
+    async with busy_stack(db_url, database, collect_window=1.0, workers=1) as api:
+        first = await post(api, "window", "/sleep 100\n[m00]")
+        await _wait_event(database, alice, "window", UUID(first.json()["runId"]), "run.started")
+        posted = await post(api, "window", "[m01]", "collect")
+        assert posted.json()["status"] == "collected"
+        began = time.monotonic()
+        # the first run ends (its NOTIFY finds the window still open), then the window ends
+        await wait_status(database, alice, UUID(posted.json()["runId"]), {"completed"}, timeout=8)
+    assert time.monotonic() - began < 3
+
+
 async def test_collect_races_with_the_claim_of_its_run(
     db_url: str, database: Database, alice: Principal
 ) -> None:
