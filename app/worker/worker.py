@@ -225,7 +225,6 @@ class Worker:
             self._wake.clear()
             try:
                 await self._claim_available()
-                wait = await self._idle_wait()
             except CLAIM_RETRIED_ERRORS as exc:
                 self.claim_failures += 1
                 delay = backoff_seconds(self.claim_failures)
@@ -246,7 +245,7 @@ class Worker:
                 log.info("claiming again: database is back", worker_id=self.worker_id)
                 self.claim_failures = 0
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                await asyncio.wait_for(self._wake.wait(), timeout=await self._idle_wait())
 
     async def _idle_wait(self) -> float:
         """How long to wait for a wake-up before claiming again: the poll interval, or less when
@@ -254,7 +253,10 @@ class Worker:
         claimable). With every slot busy, a finishing run wakes the loop anyway."""
         if len(self._active) >= self.settings.worker_concurrency:
             return self.settings.poll_seconds
-        due = await self.queue.seconds_to_next_window()
+        try:
+            due = await self.queue.seconds_to_next_window()
+        except CLAIM_RETRIED_ERRORS:  # the next claim meets the outage and backs off
+            return 0.0
         if due is None:
             return self.settings.poll_seconds
         return min(self.settings.poll_seconds, due + WINDOW_SLACK_SECONDS)
