@@ -96,6 +96,18 @@ def test_password_sign_in_a_message_and_sign_out(stack: Stack, gotrue: GoTrueSer
         assert len(gotrue.seen("POST", "/logout")) == 1
         stored = page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('sb-'))")
         assert stored == []
+        # signed out, a poll still scheduled (a run's status, the approvals) sends nothing: it
+        # once went out without a token and the API answered 401
+        sent: list[str] = []
+        page.on("request", lambda r: sent.append(r.url) if "/api/agent-runtime" in r.url else None)
+        code = page.evaluate(
+            """async () => {
+              const api = await import("/workbench/api.js");
+              try { await api.call("GET", "/sessions"); return "sent"; }
+              catch (err) { return err.code; }
+            }"""
+        )
+        assert (code, sent) == ("signed_out", [])
     # a wrong password is a 400 the browser logs as a failed load: that one only
     errors = [line for line in console if line.startswith("error")]
     assert all("status of 400" in line for line in errors), console

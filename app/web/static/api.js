@@ -19,8 +19,15 @@ export class ApiError extends Error {
   }
 }
 
+// Signed out (in this tab or another), a poll or a stream still scheduled must not go out
+// without a token: it fails here, with no request, while the page returns to the sign-in card.
+function signedOut() {
+  return new ApiError(401, { error: { code: "signed_out", message: "signed out" } });
+}
+
 /** Any call of the public API (path relative to /api/agent-runtime); throws ApiError. */
 export async function call(method, path, { body, query } = {}) {
+  if (!token) throw signedOut();
   const url = new URL(BASE + path, location.origin);
   for (const [k, v] of Object.entries(query || {})) url.searchParams.set(k, v);
   const headers = { Authorization: `Bearer ${token}` };
@@ -92,6 +99,7 @@ export async function workspaceFile(sessionKey, path) {
   const url = new URL(
     `${BASE}/sessions/${encodeURIComponent(sessionKey)}/files/${encoded}`, location.origin,
   );
+  if (!token) throw signedOut();
   const r = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
   if (!r.ok) {
     const data = r.headers.get("content-type")?.includes("json") ? await r.json() : null;
