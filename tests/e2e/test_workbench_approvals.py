@@ -199,6 +199,7 @@ def test_an_approval_its_rule_keeps_from_the_runs_user_says_why(stack: Stack, ta
     )
     expect(modal.get_by_role("button", name="Approve")).to_be_disabled()
     expect(modal.get_by_role("button", name="Deny")).to_be_disabled()
+    save_screenshot(page, "workbench-approval-not-yours.png")
     modal.get_by_role("button", name="Later").click()  # never a decision
     expect(modal).to_be_hidden()
     [pending] = api(stack, "GET", "/approvals")["approvals"]
