@@ -48,6 +48,7 @@ from app.observability.tracing import tracing_enabled
 from app.queue.manager import RunQueue
 from app.tenants.members import MemberRegistry
 from app.tenants.quotas import QuotaDefaults
+from app.tools.sources import ToolSources
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +103,8 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
             yield
         finally:
             await hub.stop()
+            if isinstance(sources := getattr(app.state, "tool_sources", None), ToolSources):
+                await sources.aclose()
             if owned:
                 await db.dispose()
 

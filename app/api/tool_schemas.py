@@ -105,6 +105,10 @@ class ToolInfo(ApiModel):
     group: str
     risk: str
     owner_only: bool
+    source: str = Field(
+        description="`built-in`, or the tenant's source: `mcp:<server>`, `http`.",
+        examples=["built-in", "mcp:github"],
+    )
     idempotent: bool
     parameters: dict[str, Any]
     allowed: bool
@@ -121,6 +125,17 @@ class ToolInfo(ApiModel):
     )
 
 
+class UnavailableInfo(ApiModel):
+    """Tools a source could not offer now, and why (a server down, a secret gone, a bad schema)."""
+
+    source: str = Field(examples=["mcp:github"])
+    tools: str = Field(
+        description="The tool name, or a pattern of the names it covers.",
+        examples=["mcp__github__*"],
+    )
+    reason: str = Field(examples=["connection refused by https://mcp.example.com/mcp"])
+
+
 class ToolsPage(ApiModel):
     """What an agent may use, and what not, with the reasons."""
 
@@ -132,6 +147,10 @@ class ToolsPage(ApiModel):
     max_calls_per_run: int | None
     allowed: list[ToolInfo]
     denied: list[ToolInfo]
+    unavailable: list[UnavailableInfo] = Field(
+        default_factory=list,
+        description="The tenant's tools (MCP servers, HTTP tools) that cannot be offered now.",
+    )
 
 
 class ToolExecutionInfo(ApiModel):

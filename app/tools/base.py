@@ -61,12 +61,16 @@ class Tool(ABC):
     """JSON schema (Draft 2020-12) of the arguments object."""
     idempotent: bool = False
     """Safe to run again when a worker died mid-call (its outcome is unknown)."""
-    group: Literal["fs", "runtime", "web", "memory", "sessions"] = "fs"
+    group: Literal["fs", "runtime", "web", "memory", "sessions", "mcp", "http"] = "fs"
     """Policy group (`group:NAME` in allow/deny lists)."""
     risk: Literal["low", "medium", "high"] = "low"
     """Risk level, which approval rules may key on."""
     owner_only: bool = False
     """Only the agent's owner may have it."""
+    origin: str = "built-in"
+    """Where it comes from: `built-in`, or a tenant's source (`mcp:<server>`, `http`)."""
+    timeout_seconds: float | None = None
+    """How long one call may take before it fails with a timeout (None: the tool's own limits)."""
 
     @abstractmethod
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> Any:

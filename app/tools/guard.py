@@ -43,6 +43,8 @@ class CallGuard:
         tool = self.offered.get(call.name)
         known = tool or self.catalog.get(call.name)
         if known is None:
+            if (why := self.catalog.unavailable_reason(call.name)) is not None:
+                return why
             available = ", ".join(self.allowed_names()) or "none"
             return f"unknown tool {call.name!r} (available: {available})"
         verdict = self.policy.evaluate(known)

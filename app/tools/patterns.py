@@ -2,7 +2,8 @@
 
 * `write_file` — exactly that tool;
 * `memory_*`, `run_?????`, `*` — fnmatch-style wildcards on the tool name (case-sensitive);
-* `group:fs`, `group:*` — tools whose group matches (groups: fs, runtime, web, memory, sessions).
+* `group:fs`, `group:*` — tools whose group matches (groups: fs, runtime, web, memory, sessions,
+  mcp (tools of MCP servers), http (the tenant's HTTP tools)).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Final, Literal, get_args
 
 from app.tools.base import Tool
 
-Group = Literal["fs", "runtime", "web", "memory", "sessions"]
+Group = Literal["fs", "runtime", "web", "memory", "sessions", "mcp", "http"]
 GROUPS: Final[tuple[str, ...]] = get_args(Group)
 Risk = Literal["low", "medium", "high"]
 RISKS: Final[tuple[str, ...]] = get_args(Risk)

@@ -60,7 +60,9 @@ from app.runtime.tenant_models import TenantModels
 from app.runtime.tool_records import finish_cancelled
 from app.tools.approvals import AwaitingApproval
 from app.tools.base import AwaitingArrival
+from app.tools.catalog import default_tool_sources
 from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
+from app.tools.sources import ToolSources
 from app.worker.heartbeat import Heartbeat
 
 log = structlog.get_logger(__name__)
@@ -218,6 +220,8 @@ class Worker:
             await self._stop_reembed(reembed)
             await listener.stop()
             await asyncio.to_thread(heartbeat.join, 5)
+            if (close := getattr(self._execute, "aclose", None)) is not None:
+                await close()
             log.info("worker stopped", worker_id=self.worker_id)
 
     async def _claim_loop(self) -> None:
@@ -478,20 +482,41 @@ class Worker:
         return call
 
 
+class AgentExecutor:
+    """The agent loop, with one model registry (and its SDK clients), one tool catalog and one
+    set of tool sources (MCP connections, HTTP tools) shared by all runs of the worker; each run
+    gets the catalog and its tenant's sources' tools filtered by its own policy
+    (`tools_for_run`), and the models of its tenant's own provider keys where it stores them
+    (`TenantModels`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        models: ModelRegistry | None = None,
+        catalog: ToolRegistry | None = None,
+        sources: ToolSources | None = None,
+    ) -> None:
+        self.settings = settings
+        self.models = TenantModels(settings, models)
+        self.catalog = catalog if catalog is not None else default_tool_registry(settings)
+        self.sources = sources if sources is not None else default_tool_sources(settings)
+
+    async def __call__(self, leased: LeasedRun) -> None:
+        allowed = await tools_for_run(leased.db, leased.run, self.catalog, self.sources)
+        await execute_run(leased, settings=self.settings, models=self.models, tools=allowed)
+
+    async def aclose(self) -> None:
+        """Close the tool sources' connections (the worker stops)."""
+        await self.sources.aclose()
+
+
 def agent_executor(
     settings: Settings,
     *,
     models: ModelRegistry | None = None,
     catalog: ToolRegistry | None = None,
-) -> Executor:
-    """The agent loop, with one model registry (and its SDK clients) and one tool catalog shared
-    by all runs; each run gets the catalog filtered by its own policy (`tools_for_run`), and the
-    models of its tenant's own provider keys where it stores them (`TenantModels`)."""
-    shared_models = TenantModels(settings, models)
-    tools = catalog if catalog is not None else default_tool_registry(settings)
-
-    async def execute(leased: LeasedRun) -> None:
-        allowed = await tools_for_run(leased.db, leased.run, tools)
-        await execute_run(leased, settings=settings, models=shared_models, tools=allowed)
-
-    return execute
+    sources: ToolSources | None = None,
+) -> AgentExecutor:
+    """The worker's default executor (`AgentExecutor`)."""
+    return AgentExecutor(settings, models=models, catalog=catalog, sources=sources)

@@ -18,14 +18,17 @@ from app.api.tool_schemas import (
     ToolExecutionPage,
     ToolInfo,
     ToolsPage,
+    UnavailableInfo,
 )
 from app.db.models import ToolExecution
 from app.queue.event_log import run_status
 from app.runtime.tool_records import executions_of
 from app.tools.base import Tool
+from app.tools.catalog import default_tool_sources
 from app.tools.policy import EffectivePolicy
 from app.tools.policy_store import resolve_policy
-from app.tools.registry import ToolRegistry, default_tool_registry
+from app.tools.registry import ToolRegistry, default_tool_registry, run_catalog
+from app.tools.sources import ToolSources
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["tools"])
 
@@ -42,6 +45,19 @@ def get_tool_catalog(request: Request, settings: SettingsDep) -> ToolRegistry:
 CatalogDep = Annotated[ToolRegistry, Depends(get_tool_catalog)]
 
 
+def get_tool_sources(request: Request, settings: SettingsDep) -> ToolSources:
+    """The tenants' tool sources (built once per app, closed with it; tests may set
+    `app.state.tool_sources`)."""
+    sources = getattr(request.app.state, "tool_sources", None)
+    if not isinstance(sources, ToolSources):
+        sources = default_tool_sources(settings)
+        request.app.state.tool_sources = sources
+    return sources
+
+
+SourcesDep = Annotated[ToolSources, Depends(get_tool_sources)]
+
+
 def tool_info(tool: Tool, policy: EffectivePolicy) -> ToolInfo:
     """A tool with the policy's verdict and approval rule."""
     verdict = policy.evaluate(tool)
@@ -51,6 +67,7 @@ def tool_info(tool: Tool, policy: EffectivePolicy) -> ToolInfo:
         group=tool.group,
         risk=tool.risk,
         owner_only=tool.owner_only,
+        source=tool.origin,
         idempotent=tool.idempotent,
         parameters=tool.parameters,
         allowed=verdict.allowed,
@@ -67,12 +84,14 @@ async def list_tools(
     principal: CurrentPrincipal,
     db: DatabaseDep,
     catalog: CatalogDep,
+    sources: SourcesDep,
     agent_id: Annotated[
         UUID | None,
         Query(alias="agentId", description="The agent (default: the tenant's default agent)."),
     ] = None,
 ) -> ToolsPage:
-    """What the agent may use in the caller's runs and why; what is denied and why."""
+    """What the agent may use in the caller's runs and why; what is denied and why; which of
+    the tenant's tools (MCP servers, HTTP tools) are unavailable now and why."""
     async with db.tenant(principal) as s:
         if agent_id is not None:
             agent = await get_agent(s, agent_id)
@@ -81,7 +100,9 @@ async def list_tools(
         else:
             agent = await find_default_agent(s)
         policy = await resolve_policy(s, agent=agent, user_id=principal.user_id)
-    infos = [tool_info(t, policy) for t in catalog.tools()]
+    sourced = await sources.tools_for(db, principal, None if agent is None else agent.id)
+    tools = run_catalog(catalog, sourced)
+    infos = [tool_info(t, policy) for t in tools.tools()]
     profile, source = policy.profile
     per_turn, per_run = policy.max_calls_per_turn, policy.max_calls_per_run
     return ToolsPage(
@@ -93,6 +114,10 @@ async def list_tools(
         max_calls_per_run=None if per_run is None else per_run.limit,
         allowed=[i for i in infos if i.allowed],
         denied=[i for i in infos if not i.allowed],
+        unavailable=[
+            UnavailableInfo(source=u.source, tools=u.pattern, reason=u.reason)
+            for u in tools.unavailable
+        ],
     )
 
 
