@@ -8,6 +8,10 @@ scripted reply), so a run can start on one provider and go on with the other:
   with the other provider from the stored transcript (the tool result included), which also
   answers the rest of the run; `model.fallback` says from, to and why; the usage is split per
   model; the run's next run starts on the primary again. Once per direction.
+* the fallback uses the run's tenant's own provider key (and another tenant, without one, does
+  not get it: its fallback is not configured, so its run fails with the primary's error);
+* a plan request falls back like a turn, and so does a compaction's summary request (driven by
+  the offline model with a small window, as in `test_compaction.py`): the run then stays there;
 * a primary that refuses connections (down) at the run's start, and one not configured at all;
 * a 400 of our own making fails the run without trying the fallback;
 * a context the provider says is too long, with nothing left to compact, falls back;
@@ -28,14 +32,19 @@ from app.config import Settings
 from app.core import events as ev
 from app.core.transcript import ToolCall
 from app.db.engine import Database
+from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from app.runtime.agent_settings import AgentSettings
 from app.runtime.loop import execute_run
+from app.runtime.tenant_models import TenantModels
+from app.tools.registry import ToolRegistry
 from tests.fakes import gemini_wire as g
 from tests.fakes import openai_wire as o
 from tests.fakes.server import FakeServer, Recorded, Reply
+from tests.integration import test_compaction as compaction
 from tests.integration.provider_support import WIRES, Usage, Wire
 from tests.integration.test_loop import events, run_row, start, transcript
+from tests.integration.test_provider_keys_runs import TENANT_KEYS, deployment, key_sent, store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -297,3 +306,89 @@ async def test_when_every_model_fails_the_run_fails_with_the_last_error(
         (GEMINI.model, OPENAI.model, "model_not_found")
     ]
     assert run.usage_by_model == {}
+
+
+async def test_the_fallback_uses_the_tenants_own_key(
+    queue: RunQueue,
+    database: Database,
+    server: FakeServer,
+    alice: Principal,
+    mallory: Principal,
+) -> None:
+    # the deployment has Gemini only; alice's tenant brings its own OpenAI-compatible key
+    settings = deployment(GEMINI, server, model_max_retries=RETRIES)
+    await store(database, alice, "openai", TENANT_KEYS["openai"], f"{server.url}/v1")
+    models = TenantModels(settings)
+    outage = OUTAGES["gemini"][0]
+    server.script(*[outage] * (RETRIES + 1), OPENAI.answer("Tenant's.", usage=Usage(2, 1)))
+    agent = with_fallbacks(GEMINI, OPENAI.model)
+    leased = await start(queue, alice, "hi", agent=agent)
+    await execute_run(leased, settings=settings, models=models)
+    assert (await run_row(leased)).result == {"text": "Tenant's."}
+    assert key_sent(OPENAI, server.requests[-1]) == TENANT_KEYS["openai"]
+
+    server.script(*[outage] * (RETRIES + 1))
+    other = await start(queue, mallory, "hi", agent=agent)
+    await execute_run(other, settings=settings, models=models)
+    run = await run_row(other)
+    assert run.status == "failed" and run.error is not None
+    assert run.error["code"] == "model_unavailable_transient"
+    assert fallback_events(await events(other)) == []
+    assert [wire_of(r) for r in server.requests[RETRIES + 2 :]] == ["gemini"] * (RETRIES + 1)
+
+
+async def test_a_plan_request_falls_back_like_a_turn(
+    queue: RunQueue, alice: Principal, server: FakeServer
+) -> None:
+    server.script(
+        *[OUTAGES["openai"][0]] * (RETRIES + 1),
+        GEMINI.answer('{"steps": [{"description": "Say hi", "tools": []}]}', usage=Usage(9, 5)),
+        GEMINI.answer("Hi!", usage=Usage(11, 1)),
+    )
+    plan = AgentSettings(mode="plan", fallback_models=(GEMINI.model,)).dump()
+    leased = await start(queue, alice, "greet", agent={"model": OPENAI.model, "settings": plan})
+    await execute_run(leased, settings=both(server))
+
+    run = await run_row(leased)
+    assert run.status == "completed" and run.result == {"text": "Hi!"}
+    evs = await events(leased)
+    [moved] = fallback_events(evs)
+    assert moved["reason"] == "model_rate_limited"
+    types = [t for t, _ in evs]
+    assert types.index(ev.MODEL_FALLBACK) < types.index(ev.PLAN_CREATED)
+    assert run.usage_by_model == {GEMINI.model: {"inputTokens": 20, "outputTokens": 6}}
+
+
+async def test_a_summary_request_falls_back_and_the_run_stays_there(
+    queue: RunQueue, alice: Principal
+) -> None:
+    await compaction.configure(queue, alice, contextWindow=2048, fallbackModels=["openai:backup"])
+    primary = compaction.Scripted()
+    backup = compaction.Scripted()
+    backup.name = "openai:backup"
+    models = compaction.registry(primary)
+    models.register("openai:backup", lambda _name: backup)
+
+    async def one(text: str) -> LeasedRun:
+        leased = await compaction.claim(queue, alice, text, "s")
+        await execute_run(leased, settings=compaction.SETTINGS, models=models, tools=ToolRegistry())
+        return leased
+
+    for i in range(1, 4):
+        await one(compaction.filler(f"turn {i}"))
+    primary.fail = frozenset({"compact"})  # the primary is down when the context needs compacting
+    fourth = await one(compaction.filler("turn 4"))
+
+    assert (await run_row(fourth)).status == "completed"
+    found = await compaction.events(fourth)
+    [moved] = compaction.of_type(found, ev.MODEL_FALLBACK)
+    assert (moved["from"], moved["to"]) == ("offline", "openai:backup")
+    assert moved["reason"] == "model_unavailable_transient"
+    assert len(compaction.of_type(found, ev.CONTEXT_COMPACTED)) == 1
+    assert not compaction.of_type(found, ev.CONTEXT_COMPACTION_FAILED)
+    # the primary got one summary request; the backup made the summary and then the turn
+    assert [r.purpose for r in primary.requests][-1] == "compact"
+    assert [r.purpose for r in backup.requests][-1] == "chat" and backup.of("compact")
+    (snapshot,) = await compaction.snapshots(queue.db, alice)
+    assert snapshot.model == "openai:backup"
+    assert set((await run_row(fourth)).usage_by_model) == {"openai:backup"}
