@@ -14,7 +14,8 @@ scripted reply), so a run can start on one provider and go on with the other:
   the offline model with a small window, as in `test_compaction.py`): the run then stays there;
 * a primary that refuses connections (down) at the run's start, and one not configured at all;
 * a 400 of our own making fails the run without trying the fallback;
-* a context the provider says is too long, with nothing left to compact, falls back;
+* a context the provider says is too long, with nothing left to compact, falls back; one our own
+  estimate says cannot fit falls back only to a model with a larger window;
 * when every model fails, the run fails with the last error, naming the models tried.
 """
 
@@ -32,6 +33,7 @@ from app.config import Settings
 from app.core import events as ev
 from app.core.transcript import ToolCall
 from app.db.engine import Database
+from app.llm.registry import ModelRegistry
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from app.runtime.agent_settings import AgentSettings
@@ -392,3 +394,38 @@ async def test_a_summary_request_falls_back_and_the_run_stays_there(
     (snapshot,) = await compaction.snapshots(queue.db, alice)
     assert snapshot.model == "openai:backup"
     assert set((await run_row(fourth)).usage_by_model) == {"openai:backup"}
+
+
+async def test_a_context_over_our_window_falls_back_only_to_a_larger_window(
+    queue: RunQueue, alice: Principal
+) -> None:
+    # `offline` and `openai:small` get CONTEXT_WINDOW_TOKENS (2048); `openai:gpt-4o` is 128k
+    settings = Settings(_env_file=None, lease_seconds=30, context_window_tokens=2048)  # type: ignore[call-arg]
+    models = ModelRegistry()
+    scripted: dict[str, compaction.Scripted] = {}
+    for name in ("offline", "openai:small", "openai:gpt-4o"):
+        scripted[name] = compaction.Scripted()
+        scripted[name].name = name
+        models.register(name, lambda n: scripted[n])
+
+    async def one(fallbacks: list[str], session: str) -> LeasedRun:
+        await compaction.configure(queue, alice, fallbackModels=fallbacks)
+        leased = await compaction.claim(queue, alice, compaction.filler("huge", 12_000), session)
+        await execute_run(leased, settings=settings, models=models, tools=ToolRegistry())
+        return leased
+
+    big = await one(["openai:small", "openai:gpt-4o"], "a")
+    assert (await run_row(big)).status == "completed"
+    [moved] = compaction.of_type(await compaction.events(big), ev.MODEL_FALLBACK)
+    assert (moved["from"], moved["to"], moved["reason"]) == (
+        "offline",
+        "openai:gpt-4o",  # openai:small is no larger: passed over
+        "context_overflow",
+    )
+    assert scripted["offline"].requests == scripted["openai:small"].requests == []
+    assert [r.purpose for r in scripted["openai:gpt-4o"].requests] == ["chat"]
+
+    small = await one(["openai:small"], "b")
+    failed = await run_row(small)
+    assert failed.error is not None and failed.error["code"] == "context_overflow"
+    assert compaction.of_type(await compaction.events(small), ev.MODEL_FALLBACK) == []
