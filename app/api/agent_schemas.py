@@ -1,7 +1,7 @@
 """Request and response bodies of the agents API (camelCase on the wire).
 
 `mode`, `timeoutSeconds`, `tokenBudget`, `contextWindow`, `ifBusy`, `maxSpawnDepth`,
-`maxChildrenPerRun` and `maxExchanges` are kept in `agents.settings`
+`maxChildrenPerRun`, `maxExchanges` and `fallbackModels` are kept in `agents.settings`
 (`app.runtime.agent_settings.AgentSettings`); the rest are columns of `agents`.
 """
 
@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from app.api.schemas import MAX_MESSAGE_CHARS, ApiModel
 from app.db.text import storable_text
+from app.llm.chain import MAX_FALLBACK_MODELS
 from app.runtime.agent_settings import (
     MAX_CONTEXT_WINDOW,
     MAX_TIMEOUT_SECONDS,
@@ -23,6 +24,7 @@ from app.runtime.agent_settings import (
     MIN_CONTEXT_WINDOW,
     AgentMode,
     IfBusy,
+    check_fallback_models,
 )
 
 MAX_NAME_CHARS = 100
@@ -133,6 +135,23 @@ def _exchanges(default: Any = None) -> Any:
     )
 
 
+def _fallbacks(default: Any = None) -> Any:
+    return Field(
+        default,
+        max_length=MAX_FALLBACK_MODELS,
+        description="Models tried in order when `model` fails in a way another model can fix "
+        "(provider down, rate limited, overloaded, model not found, context too long, key "
+        "refused): the run goes on with the next one (docs/models.md, Fallback models). Names "
+        "as for `model`, of any provider (`gemini-…`, `openai:…`, `offline`, `default`), each "
+        "once; `[]`: none.",
+        examples=[["openai:gpt-4o-mini", "offline"]],
+    )
+
+
+def _check_fallbacks(value: list[str] | None) -> list[str] | None:
+    return None if value is None else list(check_fallback_models(value))
+
+
 def _check_name(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or whitespace only")
@@ -168,9 +187,11 @@ class AgentCreate(ApiModel):
     max_spawn_depth: int | None = _spawn_depth()
     max_children_per_run: int | None = _children()
     max_exchanges: int | None = _exchanges()
+    fallback_models: list[str] = _fallbacks([])
 
     _valid_name = field_validator("name")(_check_name)
     _valid_prompt = field_validator("system_prompt")(_check_prompt)
+    _valid_fallbacks = field_validator("fallback_models")(_check_fallbacks)
 
 
 class AgentUpdate(ApiModel):
@@ -192,9 +213,17 @@ class AgentUpdate(ApiModel):
     max_spawn_depth: int | None = _spawn_depth()
     max_children_per_run: int | None = _children()
     max_exchanges: int | None = _exchanges()
+    fallback_models: list[str] | None = _fallbacks()
 
     @field_validator(
-        "name", "model", "system_prompt", "max_turns", "mode", "if_busy", mode="before"
+        "name",
+        "model",
+        "system_prompt",
+        "max_turns",
+        "mode",
+        "if_busy",
+        "fallback_models",
+        mode="before",
     )
     @classmethod
     def _not_null(cls, value: Any) -> Any:
@@ -205,6 +234,7 @@ class AgentUpdate(ApiModel):
 
     _valid_name = field_validator("name")(_check_name)
     _valid_prompt = field_validator("system_prompt")(_check_prompt)
+    _valid_fallbacks = field_validator("fallback_models")(_check_fallbacks)
 
     def changes(self) -> dict[str, Any]:
         """The fields the request sets (Python names), nulls included."""
@@ -233,6 +263,9 @@ class AgentOut(ApiModel):
         description="null: the server's SUBAGENT_MAX_CHILDREN_PER_RUN."
     )
     max_exchanges: int | None = Field(description="null: the server's AGENT_MESSAGE_MAX_EXCHANGES.")
+    fallback_models: list[str] = Field(
+        description="Models tried in order when `model` fails in a way another model can fix."
+    )
     is_default: bool = Field(description="Runs posted without `agentId` use the default agent.")
     owner_user_id: str | None
     created_at: datetime

@@ -143,11 +143,23 @@ class RunError(ApiModel):
     message: str
 
 
+class ModelUsage(ApiModel):
+    """Tokens one model used in a run."""
+
+    input_tokens: int
+    output_tokens: int
+
+
 class Usage(ApiModel):
     """Tokens used by the run's model calls."""
 
     input_tokens: int
     output_tokens: int
+    by_model: dict[str, ModelUsage] = Field(
+        default_factory=dict,
+        description="The same tokens split by the model that used them (several when the run "
+        "fell back to another of its agent's `fallbackModels`); empty before the first call.",
+    )
 
 
 class ContextInfo(ApiModel):

@@ -20,6 +20,7 @@ from app.core.events import (
     ContextCompactionFailedEvent,
     EventError,
     MessageInjectedEvent,
+    ModelFallbackEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanOutline,
@@ -143,6 +144,12 @@ class Renderer:
                 )
             case ModelRetryEvent():
                 self._model_retry(event)
+            case ModelFallbackEvent():
+                self._line(
+                    f"(model {event.from_} failed: {_one_line(event.message, 120)}; "
+                    f"going on with {event.to})",
+                    self._dim,
+                )
             case ToolStartedEvent(name=name, args=args):
                 self._line(f"{self.sym['call']} tool {name} {_one_line(args)}", self._dim)
             case ToolCompletedEvent(result=result):

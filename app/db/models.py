@@ -114,6 +114,9 @@ class Run(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     input_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
     output_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    usage_by_model: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    """`{model: {"inputTokens": n, "outputTokens": n}}`: the tokens above split by the model
+    that used them (a run that fell back to another model has several)."""
     last_event_seq: Mapped[int] = mapped_column(Integer, server_default="0")
     state: Mapped[str | None] = mapped_column(Text)
     context_tokens: Mapped[int | None] = mapped_column(Integer)

@@ -119,6 +119,9 @@ class ModelError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.streamed = False
+        """The failed call had already streamed part of an answer to clients (set by the
+        runtime, so that a fallback to another model tells clients to drop it)."""
 
 
 class Model(ABC):

@@ -27,3 +27,12 @@ def gemini_configured(settings: Settings) -> bool:
 def openai_configured(settings: Settings) -> bool:
     """Whether the settings enable `openai:` models (an API key or a base URL)."""
     return settings.openai_api_key is not None or bool(settings.openai_base_url)
+
+
+def known_model_name(name: str) -> bool:
+    """Whether `name` is of a form some provider serves (`offline`, `default`, `gemini-…`,
+    `models/gemini-…`, `openai:<model>`), configured here or not."""
+    if name in ("offline", "default"):
+        return True
+    prefixes = (*GEMINI_PREFIXES, OPENAI_PREFIX)
+    return any(name.startswith(p) and len(name) > len(p) for p in prefixes)

@@ -110,12 +110,16 @@ class ModelRegistry:
         """Exact names and prefixes (`openai:*`) served, for error messages and listings."""
         return sorted([*self._exact, *(f"{p}*" for p in self._prefixes)])
 
+    def canonical(self, name: str | None) -> str:
+        """The name `name` resolves by: `None`, empty and `default` are the default model's."""
+        return self.default if not name or name == DEFAULT_ALIAS else name
+
     def resolve(self, name: str | None) -> Model:
         """The model for `name` (`None`/empty/`default` → the default model).
 
         Raises `ModelUnavailableError` with a message naming what is available.
         """
-        wanted = self.default if not name or name == DEFAULT_ALIAS else name
+        wanted = self.canonical(name)
         if (model := self._cache.get(wanted)) is not None:
             return model
         factory = self._exact.get(wanted)

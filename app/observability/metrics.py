@@ -89,6 +89,11 @@ TOOL_CALL_SECONDS = Histogram(
     ["tool"],
     buckets=_CALL_BUCKETS,
 )
+MODEL_FALLBACKS = Counter(
+    "agent_runtime_model_fallbacks",
+    "Runs moved to the next of their agent's fallback models (reason: the failure's code).",
+    ["from_provider", "from_model", "to_provider", "to_model", "reason"],
+)
 COMPACTIONS = Counter(
     "agent_runtime_compactions",
     "Context compactions (trigger: auto when the context would not fit, forced when the "
@@ -304,3 +309,10 @@ def start_worker_listener(host: str, port: int) -> None:
     `serve` the API serves everyone's and workers do not listen)."""
     if multiprocess_dir() is None:
         start_http_server(port, addr=host)
+
+
+def count_model_fallback(from_model: str, to_model: str, reason: str) -> None:
+    """A run moved from `from_model` to `to_model` (resolved names) after a `reason` failure."""
+    from_provider, from_name = provider_of(from_model)
+    to_provider, to_name = provider_of(to_model)
+    MODEL_FALLBACKS.labels(from_provider, from_name, to_provider, to_name, reason).inc()

@@ -1,5 +1,5 @@
 """An agent's loop settings kept in `agents.settings` (JSONB): mode, run timeout, token budget,
-context window.
+context window, fallback models.
 
 Stored camelCase like every other JSON we write. Keys this model does not know are left alone
 (other features may keep their own settings in the same object): `merge_settings` only replaces
@@ -8,14 +8,18 @@ its own keys, and reading ignores the rest.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.llm.chain import MAX_FALLBACK_MODELS
+from app.llm.provider_names import known_model_name
 from app.queue.busy import IfBusy
 
-__all__ = ["AgentMode", "AgentSettings", "IfBusy", "merge_settings"]
+__all__ = ["AgentMode", "AgentSettings", "IfBusy", "check_fallback_models", "merge_settings"]
 
 AgentMode = Literal["chat", "plan"]
 """`chat`: answer directly, calling tools as needed; `plan`: plan first, then run the steps."""
@@ -24,6 +28,29 @@ MAX_TIMEOUT_SECONDS = 86_400
 MAX_TOKEN_BUDGET = 1_000_000_000
 MIN_CONTEXT_WINDOW = 512
 MAX_CONTEXT_WINDOW = 10_000_000
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:_./@+-]*$"
+MAX_MODEL_CHARS = 200
+
+
+def check_fallback_models(names: Sequence[str]) -> Sequence[str]:
+    """`names` if each is a model name of a known provider's form, listed once; else
+    `ValueError` saying which is not (a 422 in the API)."""
+    if len(names) > MAX_FALLBACK_MODELS:
+        raise ValueError(f"at most {MAX_FALLBACK_MODELS} fallback models")
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        where = f"fallbackModels[{i}] {name[:MAX_MODEL_CHARS]!r}"
+        if not 0 < len(name) <= MAX_MODEL_CHARS or not re.match(MODEL_PATTERN, name):
+            raise ValueError(f"{where} is not a model name")
+        if not known_model_name(name):
+            raise ValueError(
+                f"{where} is not a model name of a known provider: use `offline`, `default`, "
+                "`gemini-…`, `models/gemini-…` or `openai:<model>`"
+            )
+        if name in seen:
+            raise ValueError(f"{where} is listed twice")
+        seen.add(name)
+    return names
 
 
 class AgentSettings(BaseModel):
@@ -51,6 +78,11 @@ class AgentSettings(BaseModel):
     max_exchanges: int | None = Field(default=None, ge=1, le=100)
     """`sessions_send` messages between two sessions per originating run; None: the server's
     `AGENT_MESSAGE_MAX_EXCHANGES`."""
+    fallback_models: tuple[str, ...] = ()
+    """Models tried in order when the agent's model fails in a way another model can fix
+    (`app.llm.chain`); empty: none."""
+
+    _valid_fallbacks = field_validator("fallback_models")(check_fallback_models)
 
     @classmethod
     def of(cls, stored: dict[str, Any] | None) -> AgentSettings:

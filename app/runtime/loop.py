@@ -17,7 +17,8 @@ Phases, each in its own module and each storing what it did before the next star
 The state machine (`app.core.state_machine`, recorded by `run_state`) records every move as
 `state.changed`; limits (`limits`) end the run with `max_turns_exceeded`, `run_timeout` or
 `token_budget_exceeded`, the timeout interrupting whatever is in flight. Every model call's context is made to fit the model's window first
-(`compaction`), or the run ends with `context_overflow`.
+(`compaction`), or the run ends with `context_overflow`. A model that fails in a way another can
+fix hands the run to the next of the agent's `fallbackModels` (`model_fallback`).
 
 Cancellation is the worker's business: it cancels the task running `execute_run` and finishes
 the run itself, so `CancelledError` (like `LeaseLostError`, and `AwaitingApproval`, which parks
@@ -35,7 +36,6 @@ from app.core.transcript import UserMessage
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
-from app.llm.windows import known_context_window
 from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentSettings
 from app.runtime.compaction_store import session_context
@@ -49,8 +49,9 @@ from app.runtime.limits import (
     run_clock,
     within_deadline,
 )
+from app.runtime.model_fallback import start_models
 from app.runtime.plan_mode import drive_plan, in_plan_mode
-from app.runtime.run_state import AgentConfig, ContextWindow, RunFailed, RunState
+from app.runtime.run_state import AgentConfig, RunFailed, RunState
 from app.runtime.tenant_models import TenantModels
 from app.runtime.transcript_store import append_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
@@ -117,6 +118,7 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
             timeout_seconds=float(extra.timeout_seconds or settings.run_timeout_seconds),
             token_budget=extra.token_budget,
             context_window=extra.context_window,
+            fallback_models=extra.fallback_models,
         )
     context = await session_context(leased)
     summary = None
@@ -138,13 +140,6 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
     )
 
 
-def context_window_of(agent: AgentConfig, model: str, settings: Settings) -> ContextWindow:
-    """The agent's window setting, else the (resolved) model's known window, else the server's
-    default; minus the reserve for the answer."""
-    window = agent.context_window or known_context_window(model) or settings.context_window_tokens
-    return ContextWindow.of(window, settings.context_reserve_tokens)
-
-
 async def drive_in_time(state: RunState, models: ModelRegistry) -> str:
     """`drive`, interrupted at the run's deadline (`run_timeout`)."""
     return await within_deadline(state, lambda: drive(state, models))
@@ -156,8 +151,7 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
     plan_mode = in_plan_mode(state)
     if not plan_mode and (answer := state.final_answer()) is not None:
         return answer  # a previous attempt stored the answer, then died before finishing
-    state.model = models.resolve(state.agent.model)
-    state.window = context_window_of(state.agent, state.model.name, state.settings)
+    await start_models(state, models)
     if not state.own():
         run_input = state.leased.run.input
         question = UserMessage(

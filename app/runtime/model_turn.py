@@ -13,6 +13,10 @@ The context comes from the compaction phase (`compaction.prepare_context`), whic
 first when it would not fit the model's window; a provider that still rejects it as too long
 (`model_context_too_long`) gets one forced compaction and one retry.
 
+A call that fails in a way another model can fix moves the run to the next of the agent's
+`fallbackModels` (`model_fallback`) and the turn is made again there: its context prepared again
+for that model's window, from the stored transcript.
+
 The state machine goes `thinking` when the call starts, `responding` at its first text chunk,
 and back to `thinking` when a restarted answer voids the text. `stream_turn` is also used for
 calls whose text is not streamed to clients (plan requests, `app.runtime.plan_mode`).
@@ -46,9 +50,10 @@ from app.llm.base import (
 )
 from app.llm.failures import CONTEXT_TOO_LONG
 from app.observability import metrics, tracing
-from app.runtime.compaction import prepare_context
+from app.runtime.compaction import PreparedContext, prepare_context
 from app.runtime.limits import check_tenant_budget
-from app.runtime.run_state import RunState
+from app.runtime.model_fallback import fall_back, with_fallback
+from app.runtime.run_state import RunFailed, RunState
 from app.runtime.transcript_store import append_messages
 from app.runtime.usage import record_usage
 
@@ -68,23 +73,15 @@ class Turn:
 async def run_model_turn(
     state: RunState, extra_events: ExtraEvents | None = None
 ) -> AssistantMessage:
-    """Call the model on the current context; store and return its message."""
-    await state.transition(THINKING)
-    system_prompt, tools = state.agent.system_prompt, state.tools.specs()
-    context = await prepare_context(state, system_prompt=system_prompt, tools=tools)
-    try:
-        turn = await stream_turn(
-            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
-        )
-    except ModelError as exc:
-        if exc.code != CONTEXT_TOO_LONG or context.compacted:
-            raise
-        context = await prepare_context(state, system_prompt=system_prompt, tools=tools, force=True)
-        if not context.compacted:
-            raise
-        turn = await stream_turn(
-            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
-        )
+    """Call the model on the current context (falling back to the next model where that helps);
+    store and return its message."""
+    while True:
+        await state.transition(THINKING)
+        try:
+            turn, context = await _fitted_turn(state)
+            break
+        except (ModelError, RunFailed) as exc:
+            await fall_back(state, exc)  # re-raises what another model cannot fix
     message = AssistantMessage(
         text="".join(turn.text),
         tool_calls=unique_tool_call_ids(turn.calls, state.tool_call_ids()),
@@ -100,10 +97,36 @@ async def run_model_turn(
     return message
 
 
+async def _fitted_turn(state: RunState) -> tuple[Turn, PreparedContext]:
+    """One call of the run's current model on the context fitted to its window (compacted once
+    more if the provider says it is too long)."""
+    system_prompt, tools = state.agent.system_prompt, state.tools.specs()
+    context = await prepare_context(state, system_prompt=system_prompt, tools=tools)
+    try:
+        turn = await call_model(
+            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
+        )
+    except ModelError as exc:
+        if exc.code != CONTEXT_TOO_LONG or context.compacted:
+            raise
+        context = await prepare_context(state, system_prompt=system_prompt, tools=tools, force=True)
+        if not context.compacted:
+            raise
+        turn = await call_model(
+            state, ModelRequest(system_prompt, messages=context.messages, tools=tools)
+        )
+    return turn, context
+
+
 async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bool = True) -> Turn:
-    """The call. With `stream_text`, each text chunk is stored as an `assistant.delta` as it
-    arrives (and the first one moves the state to `responding`); without, text is only
-    collected."""
+    """`call_model`, made again on the next fallback model where that helps (`model_fallback`)."""
+    return await with_fallback(state, lambda: call_model(state, request, stream_text=stream_text))
+
+
+async def call_model(state: RunState, request: ModelRequest, *, stream_text: bool = True) -> Turn:
+    """The call, to the run's current model. With `stream_text`, each text chunk is stored as an
+    `assistant.delta` as it arrives (and the first one moves the state to `responding`);
+    without, text is only collected."""
     assert state.model is not None, "the model is resolved before the first turn"
     await check_tenant_budget(state)
     provider, model = metrics.provider_of(state.model.name)
@@ -130,27 +153,34 @@ async def stream_turn(state: RunState, request: ModelRequest, *, stream_text: bo
 async def _stream(state: RunState, request: ModelRequest, *, stream_text: bool) -> Turn:
     assert state.model is not None
     turn = Turn()
-    async with closing_stream(state.model.stream(request)) as stream:
-        async for event in stream:
-            if isinstance(event, TextDelta) and event.text:
-                if stream_text and not turn.text:
-                    await state.transition(RESPONDING)
-                turn.text.append(event.text)
-                if stream_text:
-                    await state.leased.emit(AssistantDeltaEvent(text=event.text))
-            elif isinstance(event, ToolCallEvent):
-                turn.calls.append(event.call)
-            elif isinstance(event, Usage):
-                turn.usage = event
-            elif isinstance(event, ThinkingDelta) and event.text:
-                await state.leased.emit(ThinkingDeltaEvent(text=event.text))
-            elif isinstance(event, RetryNotice):
-                await state.leased.emit(event.event())
-            elif isinstance(event, StreamReset):
-                turn = Turn()
-                await state.leased.emit(AssistantResetEvent())
-                if stream_text:
-                    await state.transition(THINKING)
+    shown = False  # clients were sent part of this answer (deltas not voided by a reset)
+    try:
+        async with closing_stream(state.model.stream(request)) as stream:
+            async for event in stream:
+                if isinstance(event, TextDelta) and event.text:
+                    if stream_text and not turn.text:
+                        await state.transition(RESPONDING)
+                    turn.text.append(event.text)
+                    if stream_text:
+                        await state.leased.emit(AssistantDeltaEvent(text=event.text))
+                        shown = True
+                elif isinstance(event, ToolCallEvent):
+                    turn.calls.append(event.call)
+                elif isinstance(event, Usage):
+                    turn.usage = event
+                elif isinstance(event, ThinkingDelta) and event.text:
+                    await state.leased.emit(ThinkingDeltaEvent(text=event.text))
+                    shown = True
+                elif isinstance(event, RetryNotice):
+                    await state.leased.emit(event.event())
+                elif isinstance(event, StreamReset):
+                    turn, shown = Turn(), False
+                    await state.leased.emit(AssistantResetEvent())
+                    if stream_text:
+                        await state.transition(THINKING)
+    except ModelError as exc:
+        exc.streamed = shown
+        raise
     return turn
 
 

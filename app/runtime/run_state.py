@@ -23,6 +23,7 @@ from app.core.tokens import estimate_message_tokens
 from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult
 from app.db.models import Run
 from app.llm.base import Model
+from app.llm.chain import ModelChain
 from app.queue.lease import LeasedRun
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary
@@ -58,6 +59,8 @@ class AgentConfig:
     """Most input + output tokens the run may use (None: unlimited)."""
     context_window: int | None = None
     """The agent's own context window setting (None: the model's, else the server's)."""
+    fallback_models: tuple[str, ...] = ()
+    """Models tried in order when `model` fails in a way another can fix (`model_fallback`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,9 @@ class RunState:
     tools: ToolRegistry
     transcript: list[Entry] = field(default_factory=list)
     model: Model | None = None
+    """The model the run's calls go to: the agent's, or a fallback after it failed."""
+    chain: ModelChain | None = None
+    """The agent's model and fallbacks, and which of them is in use (set with `model`)."""
     current: str = QUEUED
     """The state machine's state (`app.core.state_machine`); every attempt starts `queued`."""
     tokens_used: int = 0

@@ -1,12 +1,18 @@
 """Token usage of a run's model calls: added to the run (and, for conversation calls, recorded as
 the context's size) with a `usage` event, calibrating the context estimate, checked against the
-run's token budget."""
+run's token budget.
+
+The run keeps its totals (`input_tokens`, `output_tokens`) and the same tokens split by the model
+that used them (`usage_by_model`, shown as `usage.byModel` in `/status`): a run that fell back to
+another model (`model_fallback`) has one entry per model. The tenant's daily count
+(`tenant_usage_daily`) adds every call's tokens, whichever model made it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import BigInteger, ColumnElement, Text, cast, func, literal, update
+from sqlalchemy.dialects.postgresql import JSONB
 
 from app.core.events import UsageEvent
 from app.db.models import AgentSession, Run
@@ -36,6 +42,7 @@ async def record_usage(
         usage.input_tokens,
         usage.output_tokens,
         context_window=state.window.window if context_estimate is not None else None,
+        model=state.model.name if state.model is not None else None,
     )
     if context_estimate and usage.input_tokens > 0:
         ratio = usage.input_tokens / context_estimate
@@ -50,16 +57,20 @@ async def add_usage(
     output_tokens: int,
     *,
     context_window: int | None = None,
+    model: str | None = None,
 ) -> None:
     """Add a model call's token usage to the run, with its `usage` event. With `context_window`,
     the call's input was the conversation's context, sized for that window: its input tokens are
-    also the run's and session's current context size."""
-    event = UsageEvent(input_tokens=input_tokens, output_tokens=output_tokens)
+    also the run's and session's current context size. With `model`, the tokens are also added to
+    that model's share (`usage_by_model`)."""
+    event = UsageEvent(input_tokens=input_tokens, output_tokens=output_tokens, model=model)
     async with leased.write([event]) as w:
         values: dict[str, Any] = {
             "input_tokens": Run.input_tokens + input_tokens,
             "output_tokens": Run.output_tokens + output_tokens,
         }
+        if model is not None:
+            values["usage_by_model"] = added_by_model(model, input_tokens, output_tokens)
         if context_window is not None:
             values.update(context_tokens=input_tokens, context_window=context_window)
             await w.session.execute(
@@ -69,3 +80,27 @@ async def add_usage(
             )
         await w.session.execute(update(Run).where(Run.id == leased.run.id).values(**values))
         await add_tokens(w.session, leased.run.tenant_id, input_tokens, output_tokens)
+
+
+def added_by_model(model: str, input_tokens: int, output_tokens: int) -> ColumnElement[Any]:
+    """`usage_by_model` with `model`'s share increased by these tokens (in one statement, so
+    concurrent writers of the same run cannot lose an update)."""
+    share = Run.usage_by_model[model]
+
+    def text(value: str) -> ColumnElement[str]:
+        return cast(literal(value), Text)  # typed: jsonb_build_object takes "any" arguments
+
+    def plus(key: str, tokens: int) -> ColumnElement[Any]:
+        return func.coalesce(share[key].astext.cast(BigInteger), 0) + cast(
+            literal(tokens), BigInteger
+        )
+
+    entry = func.jsonb_build_object(
+        text("inputTokens"),
+        plus("inputTokens", input_tokens),
+        text("outputTokens"),
+        plus("outputTokens", output_tokens),
+    )
+    return Run.usage_by_model.op("||", return_type=JSONB)(
+        func.jsonb_build_object(text(model), entry)
+    )

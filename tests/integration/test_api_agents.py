@@ -65,6 +65,7 @@ async def test_create_with_defaults_and_read_back(api: Api, database: Database) 
         "maxSpawnDepth": None,
         "maxChildrenPerRun": None,
         "maxExchanges": None,
+        "fallbackModels": [],
     }
 
 
@@ -133,6 +134,7 @@ async def test_patch_changes_only_given_fields(api: Api, database: Database) -> 
             "maxSpawnDepth": None,
             "maxChildrenPerRun": None,
             "maxExchanges": None,
+            "fallbackModels": [],
             "other": {"keep": True},
         }
 

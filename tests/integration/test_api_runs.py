@@ -54,7 +54,7 @@ async def test_post_creates_a_session_and_status_reports_queued(api: Api) -> Non
         "finishedAt": None,
         "result": None,
         "error": None,
-        "usage": {"inputTokens": 0, "outputTokens": 0},
+        "usage": {"inputTokens": 0, "outputTokens": 0, "byModel": {}},
         "state": None,
         "attempts": 0,
     }
@@ -77,7 +77,7 @@ async def test_completed_run_status_has_result_usage_and_attempts(api: Api) -> N
     )
     assert r.json()["status"] == "running" and r.json()["state"] == "model"
     assert r.json()["startedAt"] is not None
-    await add_usage(leased, 12, 34)
+    await add_usage(leased, 12, 34, model="offline")
     await leased.finish("completed", result={"text": "42"})
 
     status = (
@@ -87,7 +87,11 @@ async def test_completed_run_status_has_result_usage_and_attempts(api: Api) -> N
     ).json()
     assert status["status"] == "completed"
     assert status["result"] == {"text": "42"} and status["error"] is None
-    assert status["usage"] == {"inputTokens": 12, "outputTokens": 34}
+    assert status["usage"] == {
+        "inputTokens": 12,
+        "outputTokens": 34,
+        "byModel": {"offline": {"inputTokens": 12, "outputTokens": 34}},
+    }
     assert status["attempts"] == 1 and status["finishedAt"] is not None
 
 

@@ -92,7 +92,8 @@ async def test_patching_the_default_agent_changes_the_tenant_default_model(
         after = await run_to_end(api, "hello")
         assert after["status"] == "completed", after
         assert after["result"] == {"text": "Hello from the tenant's model."}
-        assert after["usage"] == {"inputTokens": 12, "outputTokens": 6}
+        by_model = {"openai:tenant-model": {"inputTokens": 12, "outputTokens": 6}}
+        assert after["usage"] == {"inputTokens": 12, "outputTokens": 6, "byModel": by_model}
         [request] = server.requests
         assert request.json()["model"] == "tenant-model"
 

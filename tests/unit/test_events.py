@@ -23,7 +23,7 @@ TS = datetime(2025, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 def test_each_class_is_named_by_its_type_literal() -> None:
     constants = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
     assert constants == set(ev.EVENT_TYPES)
-    assert len(ev.EVENT_TYPES) == len(set(ev.EVENT_TYPES)) == 31
+    assert len(ev.EVENT_TYPES) == len(set(ev.EVENT_TYPES)) == 32
     for cls in ev.EVENT_CLASSES:
         field = cls.model_fields["type"]
         assert field.annotation is not None and get_args(field.annotation) == (field.default,)
@@ -51,6 +51,20 @@ STORED: list[tuple[ev.RunEvent, dict[str, Any]]] = [
         {"attempt": 1, "delaySeconds": 0.5, "reason": "429"},
     ),
     (
+        ev.ModelFallbackEvent(
+            from_="gemini-2.5-flash",
+            to="openai:gpt-4o-mini",
+            reason="model_rate_limited",
+            message="429",
+        ),
+        {
+            "from": "gemini-2.5-flash",
+            "to": "openai:gpt-4o-mini",
+            "reason": "model_rate_limited",
+            "message": "429",
+        },
+    ),
+    (
         ev.AssistantMessageEvent(text="", tool_calls=[ToolCall(id="c", name="n", args={"a": 1})]),
         {"text": "", "toolCalls": [{"id": "c", "name": "n", "args": {"a": 1}}]},
     ),
@@ -71,6 +85,10 @@ STORED: list[tuple[ev.RunEvent, dict[str, Any]]] = [
         {"toolCallId": "c", "name": "n", "error": None},
     ),
     (ev.UsageEvent(input_tokens=1, output_tokens=2), {"inputTokens": 1, "outputTokens": 2}),
+    (
+        ev.UsageEvent(input_tokens=1, output_tokens=2, model="offline"),
+        {"inputTokens": 1, "outputTokens": 2, "model": "offline"},
+    ),
     (ev.StateChangedEvent(from_="queued", to="thinking"), {"from": "queued", "to": "thinking"}),
     (
         ev.ApprovalRequiredEvent(

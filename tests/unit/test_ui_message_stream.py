@@ -23,6 +23,7 @@ from app.core.events import (
     EventError,
     MemoryFlushedEvent,
     MessageInjectedEvent,
+    ModelFallbackEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanInvalidEvent,
@@ -166,6 +167,25 @@ CASES: dict[str, tuple[list[RunEvent], list[dict[str, Any]]]] = {
                 "type": "data-retry",
                 "data": {"attempt": 1, "delaySeconds": 0.5, "reason": "429 rate limited"},
                 "transient": True,
+            }
+        ],
+    ),
+    "model.fallback": (
+        [
+            ModelFallbackEvent(
+                from_="gemini-2.5-flash", to="offline", reason="model_not_found", message="404"
+            )
+        ],
+        [
+            {
+                "type": "data-fallback",
+                "id": "fallback-1",
+                "data": {
+                    "from": "gemini-2.5-flash",
+                    "to": "offline",
+                    "reason": "model_not_found",
+                    "message": "404",
+                },
             }
         ],
     ),

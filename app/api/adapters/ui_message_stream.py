@@ -29,7 +29,8 @@ The mapping (the README has it as a table):
   `data-plan-step` (id `plan-step-<index>`), `data-plan-invalid`, `data-approval` (id = the
   approval id: pending, then the decision), `data-compaction`, `data-memory-flush`, `data-reset`,
   `data-subagent` (id `subagent-<childRunId>`: spawned with `status: running`, then its outcome),
-  `data-message-injected` (id `injected-<inboxId>`), `data-interrupted`.
+  `data-message-injected` (id `injected-<inboxId>`), `data-interrupted`, `data-fallback` (id
+  `fallback-<seq>`: the run moved to its next fallback model: from, to, reason, message).
   Transient ones (`transient: true`, only `onData` sees them): `data-state` (the loop's state)
   and `data-retry` (a model call is retried).
 * `run.completed` → `finish` (`finishReason: "stop"`); `run.failed` → `error` (`errorText`)
@@ -53,6 +54,7 @@ from app.core.events import (
     ContextCompactionFailedEvent,
     MemoryFlushedEvent,
     MessageInjectedEvent,
+    ModelFallbackEvent,
     ModelRetryEvent,
     PlanCreatedEvent,
     PlanInvalidEvent,
@@ -155,6 +157,10 @@ class UIMessageStream:
                     "reason": event.reason,
                 }
                 return [_data("retry", retry, transient=True)]
+            case ModelFallbackEvent():
+                fallback = {"from": event.from_, "to": event.to, "reason": event.reason}
+                fallback["message"] = event.message
+                return [_data("fallback", fallback, id=f"fallback-{seq}")]
             case AssistantMessageEvent():
                 return self._message(event, seq)
             case ToolStartedEvent() if event.purpose is None:

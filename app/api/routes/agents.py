@@ -36,6 +36,7 @@ _SETTINGS_FIELDS = (
     "max_spawn_depth",
     "max_children_per_run",
     "max_exchanges",
+    "fallback_models",
 )
 _COLUMN_FIELDS = ("name", "model", "system_prompt", "max_turns")
 
@@ -65,6 +66,7 @@ def agent_out(agent: Agent) -> AgentOut:
         max_spawn_depth=extra.max_spawn_depth,
         max_children_per_run=extra.max_children_per_run,
         max_exchanges=extra.max_exchanges,
+        fallback_models=list(extra.fallback_models),
         is_default=agent.is_default,
         owner_user_id=agent.owner_user_id,
         created_at=agent.created_at,

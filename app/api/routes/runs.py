@@ -130,7 +130,11 @@ async def run_status(
         finished_at=run.finished_at,
         result=result_of(run.result),
         error=error_of(run.error),
-        usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens),
+        usage=Usage(
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            by_model=run.usage_by_model,
+        ),
         state=run.state,
         attempts=run.attempts,
         context=ContextInfo(

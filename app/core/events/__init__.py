@@ -40,6 +40,7 @@ from app.core.events.model import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     AssistantResetEvent,
+    ModelFallbackEvent,
     ModelRetryEvent,
     ThinkingDeltaEvent,
     UsageEvent,
@@ -55,6 +56,7 @@ from app.core.events.names import (
     CONTEXT_COMPACTION_FAILED,
     MEMORY_FLUSHED,
     MESSAGE_INJECTED,
+    MODEL_FALLBACK,
     MODEL_RETRY,
     PLAN_CREATED,
     PLAN_INVALID,
@@ -106,6 +108,7 @@ RunEvent = Annotated[
     | ThinkingDeltaEvent
     | AssistantResetEvent
     | ModelRetryEvent
+    | ModelFallbackEvent
     | AssistantMessageEvent
     | ToolStartedEvent
     | ToolCompletedEvent
@@ -197,8 +200,10 @@ __all__ = [
     "EventError",
     "IsoDatetime",
     "MEMORY_FLUSHED",
+    "MODEL_FALLBACK",
     "MODEL_RETRY",
     "MemoryFlushedEvent",
+    "ModelFallbackEvent",
     "ModelRetryEvent",
     "PLAN_CREATED",
     "PLAN_INVALID",

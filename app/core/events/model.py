@@ -1,15 +1,18 @@
-"""What a model call streams: answer text, reasoning, restarts and retries, the complete message,
-and the tokens it used."""
+"""What a model call streams: answer text, reasoning, restarts, retries and fallbacks to another
+model, the complete message, and the tokens it used."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from app.core.events.base import EventBase
+from pydantic import Field
+
+from app.core.events.base import EventBase, unset
 from app.core.events.names import (
     ASSISTANT_DELTA,
     ASSISTANT_MESSAGE,
     ASSISTANT_RESET,
+    MODEL_FALLBACK,
     MODEL_RETRY,
     THINKING_DELTA,
     USAGE,
@@ -51,6 +54,25 @@ class ModelRetryEvent(EventBase):
     """What failed (e.g. `429 rate limited`)."""
 
 
+class ModelFallbackEvent(EventBase):
+    """The run's model failed in a way another model can fix (down, rate limited, overloaded,
+    model not found, context too long, key refused): the run goes on with the next model of its
+    agent's `fallbackModels`, from the stored transcript. Drop any partial answer of the failed
+    call (an `assistant.reset` comes first when there was one)."""
+
+    type: Literal["model.fallback"] = MODEL_FALLBACK
+    from_: str = Field(alias="from")
+    """The model that failed (or, when a model is not configured here, was passed over)."""
+    to: str
+    """The model the run goes on with (for the rest of this attempt)."""
+    reason: str
+    """The failure's code: `model_unavailable_transient`, `model_rate_limited`,
+    `model_not_found`, `model_context_too_long`, `context_overflow`, `model_auth_failed` or
+    `model_unavailable`."""
+    message: str
+    """The failure in the provider's words (never a key)."""
+
+
 class AssistantMessageEvent(EventBase):
     """The complete assistant message of a model turn (stored in the transcript with it)."""
 
@@ -69,3 +91,5 @@ class UsageEvent(EventBase):
     """Input tokens, as the provider reported them."""
     output_tokens: int
     """Output tokens, as the provider reported them."""
+    model: str | None = Field(default=None, exclude_if=unset)
+    """The model that made the call (omitted when unset: events stored before it existed)."""

@@ -60,8 +60,8 @@ export function runStatus(runId) {
 export const TERMINAL = ["run.completed", "run.failed", "run.cancelled"];
 export const EVENT_TYPES = [
   "run.queued", "run.started", "run.requeued", "run.resumed", "assistant.delta",
-  "thinking.delta", "assistant.reset", "model.retry", "assistant.message", "tool.started",
-  "tool.completed", "tool.failed", "usage", "state.changed", "approval.required",
+  "thinking.delta", "assistant.reset", "model.retry", "model.fallback", "assistant.message",
+  "tool.started", "tool.completed", "tool.failed", "usage", "state.changed", "approval.required",
   "approval.resolved", "plan.created", "plan.updated", "plan.step", "plan.invalid",
   "context.compacting", "context.compacted", "context.compaction_failed", "memory.flushed",
   "subagent.spawned", "subagent.completed", "message.injected", "run.interrupted",

@@ -97,6 +97,7 @@ export class Agents {
       dl.appendChild(wrap);
     };
     row("model", a.model);
+    row("fallback models", a.fallbackModels?.length ? a.fallbackModels.join(", ") : "none");
     row("mode", a.mode);
     row("max turns", a.maxTurns);
     row("timeout", a.timeoutSeconds ? `${a.timeoutSeconds} s` : "server default");
