@@ -44,33 +44,15 @@ class Stack:
 
 @pytest.fixture(scope="module")
 async def stack(module_db_url: str) -> AsyncIterator[Stack]:
-    """The stack runs in a task of its own: the app's lifespan (anyio task groups) must end in
-    the task that started it, and a module fixture's teardown runs in another."""
-    ready: asyncio.Queue[Stack | BaseException] = asyncio.Queue()
-    stop = asyncio.Event()
-    task = asyncio.create_task(_serve(module_db_url, ready, stop))
-    up = await asyncio.wait_for(ready.get(), 30)
-    if isinstance(up, BaseException):
-        raise up
-    try:
-        yield up
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-
-
-async def _serve(
-    db_url: str, ready: asyncio.Queue[Stack | BaseException], stop: asyncio.Event
-) -> None:
-    database = Database(db_url, pool_size=10)
-    settings = make_settings(db_url, mcp_run_wait_seconds=20)
+    database = Database(module_db_url, pool_size=10)
+    settings = make_settings(module_db_url, mcp_run_wait_seconds=20)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     try:
         async with (
             running_api(settings, database) as api,
-            running_worker(database, worker_settings(db_url), "mcp-w"),
+            running_worker(database, worker_settings(module_db_url), "mcp-w"),
         ):
             config = uvicorn.Config(api.app, lifespan="off", log_level="warning", access_log=False)
             server = uvicorn.Server(config)
@@ -79,22 +61,22 @@ async def _serve(
                 if server.started:
                     break
                 await asyncio.sleep(0.01)
-            await ready.put(Stack(api=api, url=f"http://127.0.0.1:{port}/mcp"))
-            await stop.wait()
-            server.should_exit = True
-            await asyncio.wait_for(serving, 10)
-    except BaseException as exc:
-        await ready.put(exc)
-        raise
+            try:
+                yield Stack(api=api, url=f"http://127.0.0.1:{port}/mcp")
+            finally:
+                server.should_exit = True
+                await asyncio.wait_for(serving, 10)
     finally:
         sock.close()
         await database.dispose()
 
 
-def client(stack: Stack, headers: dict[str, str]) -> Client:
-    """The SDK's client over streamable HTTP, sending `headers` (the bearer token)."""
+def client(stack: Stack, headers: dict[str, str], mode: str = "auto") -> Client:
+    """The SDK's client over streamable HTTP, sending `headers` (the bearer token). `mode`:
+    `auto` speaks the 2026-07-28 protocol (one self-contained POST per request), `legacy` the
+    initialize handshake of the earlier versions (what most desktop clients speak today)."""
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
-    return Client(streamable_http_client(stack.url, http_client=http))
+    return Client(streamable_http_client(stack.url, http_client=http), mode=mode)
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -132,14 +114,17 @@ async def test_the_tools_are_listed_with_their_schemas(stack: Stack) -> None:
     assert tools["run_status"].input_schema["required"] == ["runId"]
 
 
-async def test_run_agent_answers_with_progress_and_continues_the_chat(stack: Stack) -> None:
-    who = auth(tenant="t-run")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_run_agent_answers_with_progress_and_continues_the_chat(
+    stack: Stack, mode: str
+) -> None:
+    who = auth(tenant=f"t-run-{mode}", role="owner")
     notes: list[tuple[float, str | None]] = []
 
     async def progress(value: float, _total: float | None, message: str | None) -> None:
         notes.append((value, message))
 
-    async with client(stack, who) as c:
+    async with client(stack, who, mode) as c:
         first = await c.call_tool("run_agent", {"message": "hello"}, progress_callback=progress)
         assert not first.is_error, first
         assert text_of(first) == "You said: hello"
@@ -149,6 +134,14 @@ async def test_run_agent_answers_with_progress_and_continues_the_chat(stack: Sta
         assert notes, "no progress notification"
         assert [v for v, _ in notes] == sorted(v for v, _ in notes)  # progress only increases
         assert any(m and m.startswith("started") for _, m in notes), notes
+
+        audit = await stack.api.client.get(
+            "/api/agent-runtime/audit",
+            params={"action": "run.created", "targetId": out["runId"]},
+            headers=who,
+        )
+        (created,) = audit.json()["events"]  # audited like a REST post, with its request id
+        assert created["actorId"] == "alice" and created["requestId"].startswith("req_")
 
         key = out["sessionKey"]
         second = await c.call_tool("run_agent", {"message": "again", "sessionKey": key})
@@ -263,8 +256,9 @@ async def test_a_quota_is_a_tool_error(stack: Stack) -> None:
     assert "quota exceeded" in text_of(refused) and "runsPerMinute" in text_of(refused)
 
 
-async def test_a_caller_that_goes_away_cancels_its_run(stack: Stack) -> None:
-    who = auth(tenant="t-cancel")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_caller_that_goes_away_cancels_its_run(stack: Stack, mode: str) -> None:
+    who = auth(tenant=f"t-cancel-{mode}")
     started = asyncio.Event()
 
     async def progress(_value: float, _total: float | None, message: str | None) -> None:
@@ -272,12 +266,12 @@ async def test_a_caller_that_goes_away_cancels_its_run(stack: Stack) -> None:
             started.set()
 
     async def waiting_call() -> None:
-        async with client(stack, who) as c:
+        async with client(stack, who, mode) as c:
             await c.call_tool("run_agent", {"message": "/sleep 30000"}, progress_callback=progress)
 
     task = asyncio.create_task(waiting_call())
     await asyncio.wait_for(started.wait(), 10)
-    tenant = Principal(user_id="alice", tenant_id="t-cancel", role="owner")
+    tenant = Principal(user_id="alice", tenant_id=f"t-cancel-{mode}", role="owner")
     async with stack.api.runtime.db.tenant(tenant) as s:
         run_ids = [str(r) for r in await s.scalars(select(Run.id))]
     task.cancel()

@@ -15,6 +15,7 @@ app's CORS settings like the rest of the API.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -52,7 +53,11 @@ class McpEndpoint:
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         """Serve `/mcp` for the duration of the block (a new session manager each time: the
-        SDK's cannot be restarted)."""
+        SDK's cannot be restarted).
+
+        The manager runs in a task of its own: its anyio task group must be left by the task
+        that entered it, and the app's lifespan is not always ended by the task that started
+        it (test fixtures, for one)."""
         self.server.streamable_http_app(
             streamable_http_path=PATH,
             stateless_http=True,
@@ -60,12 +65,30 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         manager = self.server.session_manager
-        async with manager.run():
-            self._manager = manager
+        started, stop = asyncio.Event(), asyncio.Event()
+        running = False
+
+        async def serve() -> None:
+            nonlocal running
             try:
-                yield
+                async with manager.run():
+                    running = True
+                    started.set()
+                    await stop.wait()
             finally:
-                self._manager = None
+                started.set()  # also when it could not start
+
+        task = asyncio.create_task(serve(), name="mcp-session-manager")
+        await started.wait()
+        if not running:
+            await task  # raises why it could not start
+        self._manager = manager
+        try:
+            yield
+        finally:
+            self._manager = None
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse an unauthenticated request; else serve it as the verified caller."""
