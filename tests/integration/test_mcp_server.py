@@ -221,6 +221,12 @@ async def test_without_a_valid_token_it_is_401_json(
     assert [type(e) for e in leaves(refused.value)] == [MCPError], refused.value
 
 
+async def test_there_is_no_standalone_stream(stack: Stack) -> None:
+    r = await stack.api.client.get("/mcp", headers={**auth(), "Accept": "text/event-stream"})
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json()["error"]["code"] == "method_not_allowed"
+
+
 async def test_other_tenants_and_members_do_not_see_runs_or_chats(stack: Stack) -> None:
     owner = auth("alice", tenant="t-own", role="owner")
     done = await call(stack, owner, "run_agent", {"message": "the launch code"})

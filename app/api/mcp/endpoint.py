@@ -4,9 +4,9 @@ Stateless: every POST is served on its own (no `Mcp-Session-Id`, nothing kept be
 so any API replica behind a load balancer can answer any request and a restart loses nothing.
 Clients of the 2026-07-28 protocol need nothing else; older clients get their `initialize`
 answered and then post each request independently. Server-to-client requests (sampling,
-elicitation) are therefore not offered; progress notifications ride the request's own SSE
-response. A `run_agent` call is one long POST: closing it cancels the run
-(`app.api.mcp.run_agent`).
+elicitation) are therefore not offered, nor the standalone `GET` stream (405); progress
+notifications ride the request's own SSE response. A `run_agent` call is one long POST: closing
+it cancels the run (`app.api.mcp.run_agent`).
 
 No DNS-rebinding check on `Host`/`Origin` (the SDK's default for localhost servers): requests
 carry a bearer token, which a rebound page does not have, and browsers are governed by the
@@ -23,11 +23,12 @@ from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.api.deps import Runtime
+from app.api.errors import error_body
 from app.api.mcp.auth import authenticate
 from app.api.mcp.caller import SCOPE_KEY, Caller
 from app.api.mcp.server import build_server
@@ -99,11 +100,24 @@ class McpEndpoint:
         if isinstance(principal, Response):
             await principal(scope, receive, send)
             return
+        if scope["method"] == "GET":
+            # the standalone stream: nothing would ever be sent on it without sessions
+            await _no_standalone_stream(scope, receive, send)
+            return
         members = getattr(scope["app"].state, "members", None)
         if isinstance(members, MemberRegistry):
             await members.observe(runtime.db, principal)
         caller = Caller(principal=principal, runtime=runtime)
         await manager.handle_request({**scope, SCOPE_KEY: caller}, receive, send)
+
+
+async def _no_standalone_stream(scope: Scope, receive: Receive, send: Send) -> None:
+    """405 for `GET /mcp` (the spec's answer from a server that offers no standalone stream)."""
+    message = "this server offers no standalone SSE stream (it is stateless): POST each request"
+    response = JSONResponse(
+        error_body("method_not_allowed", message), status_code=405, headers={"Allow": "POST"}
+    )
+    await response(scope, receive, send)
 
 
 def install_mcp(

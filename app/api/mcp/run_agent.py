@@ -100,7 +100,8 @@ async def _enqueue(caller: Caller, request: RunRequest) -> EnqueuedRun:
         return await retry_contended(attempt)
     except QuotaExceededError as exc:
         raise ToolError(
-            f"{exc.message} (the tenant's quota `{exc.limit}`); try again in {exc.retry_after} s"
+            f"{exc.message}; try again in {exc.retry_after} s (the tenant's limits and usage: "
+            "GET /api/agent-runtime/usage)"
         ) from exc
     except (NotFoundError, ForbiddenError, ConflictError) as exc:
         raise ToolError(exc.message) from exc
