@@ -1,14 +1,17 @@
 """`/mcp` beside the REST API, without a database: a browser's preflight with the MCP headers is
 allowed from a CORS origin, an oversized body is the API's JSON 413 before auth, and the route
-stays out of the OpenAPI document (the workbench and docs routes are unchanged)."""
+stays out of the OpenAPI document (the workbench and docs routes are unchanged); building the
+MCP server does not touch the process's logging."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
 
 from app.api.app import create_app
+from app.api.mcp.server import build_server
 from app.config import Settings
 
 ORIGIN = "https://app.example.com"
@@ -54,3 +57,17 @@ def test_mcp_is_not_in_the_openapi_document() -> None:
     assert not any(path.startswith("/mcp") for path in paths)
     routes = {getattr(route, "path", None) for route in app.routes}
     assert {"/mcp", "/workbench", "/docs"} <= routes
+
+
+def test_building_the_server_leaves_root_logging_alone() -> None:
+    """The SDK's MCPServer calls `logging.basicConfig`: with nothing configured yet (an app built
+    before logging is set up) that would install its own handler on the root logger."""
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    root.handlers[:] = []
+    try:
+        build_server("0.0.0")
+        assert root.handlers == [] and root.level == saved[1]
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

@@ -8,6 +8,7 @@ results with `isError` and a message saying what was wrong (the caller's model r
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 from uuid import UUID
 
@@ -151,9 +152,13 @@ async def list_agents(ctx: Context) -> AgentListOutput:
 
 def build_server(version: str) -> MCPServer:
     """The MCP server with the runtime's tools (transport and auth: `app.api.mcp.endpoint`)."""
-    server: MCPServer = MCPServer(
-        "agent-runtime", version=version, instructions=INSTRUCTIONS, log_level="WARNING"
-    )
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        server: MCPServer = MCPServer("agent-runtime", version=version, instructions=INSTRUCTIONS)
+    finally:  # it calls logging.basicConfig (when nothing is configured yet); ours owns logging
+        root.handlers[:] = handlers
+        root.setLevel(level)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
     for tool, title, hints in (
