@@ -4,12 +4,14 @@ worker running the offline model, one database for the module (each test keeps t
 Covered: the tool list and schemas, `run_agent` answering with progress and continuing a chat,
 a failed run as an error result, `run_status`, `session_history`, auth (401 JSON with its
 challenge, before any MCP), another tenant's and another member's runs and chats not found,
-a quota as a tool error, and a caller who goes away cancelling its run.
+a quota as a tool error, a run outlasting the wait going on, and a caller who goes away
+cancelling its run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -260,6 +262,30 @@ async def test_a_quota_is_a_tool_error(stack: Stack) -> None:
         refused = await c.call_tool("run_agent", {"message": "two"})
     assert refused.is_error
     assert "quota exceeded" in text_of(refused) and "runsPerMinute" in text_of(refused)
+
+
+async def test_a_run_longer_than_the_wait_goes_on(stack: Stack) -> None:
+    who = auth(tenant="t-wait")
+    app_state = stack.api.app.state
+    runtime = app_state.runtime
+    short = runtime.settings.model_copy(update={"mcp_run_wait_seconds": 0.3})
+    app_state.runtime = dataclasses.replace(runtime, settings=short)
+    try:
+        result = await call(stack, who, "run_agent", {"message": "/sleep 1500"})
+    finally:
+        app_state.runtime = runtime
+    assert result.is_error and "MCP_RUN_WAIT_SECONDS" in text_of(result)
+    assert result.structured_content is not None
+    assert result.structured_content["status"] in {"queued", "running"}
+    run_id = result.structured_content["runId"]
+    assert run_id in text_of(result)
+    for _ in range(100):  # not cancelled: it completes
+        status = await call(stack, who, "run_status", {"runId": run_id})
+        assert status.structured_content is not None
+        if status.structured_content["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert status.structured_content["status"] == "completed"
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
