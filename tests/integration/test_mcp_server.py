@@ -136,6 +136,7 @@ async def test_run_agent_answers_with_progress_and_continues_the_chat(
         assert notes, "no progress notification"
         assert [v for v, _ in notes] == sorted(v for v, _ in notes)  # progress only increases
         assert any(m and m.startswith("started") for _, m in notes), notes
+        assert notes[0] == (0, f"queued: run {out['runId']} in session {out['sessionKey']}")
 
         audit = await stack.api.client.get(
             "/api/agent-runtime/audit",

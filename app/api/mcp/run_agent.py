@@ -4,8 +4,9 @@ the SSE stream does (progress notifications), and answer with its final text.
 * Posting is the REST path's own: `RunQueue.enqueue_in` with the tenant's quotas checked, in a
   tenant transaction (RLS; members may not post to another user's session), retried while the
   lane is contended; it records `run.created` with the request id like any post.
-* Progress: one `notifications/progress` per run start, state change, tool call and approval
-  wait, and at most one per `DELTA_PROGRESS_SECONDS` while the answer is being written; its
+* Progress: first where the message went (`queued: run <id> in session <key>`, progress 0),
+  then one `notifications/progress` per run start, state change, tool call and approval wait,
+  and at most one per `DELTA_PROGRESS_SECONDS` while the answer is being written; its
   `progress` is the event's seq (increasing), its `message` says what happens. A client that
   asked for no progress (no `progressToken`) gets none.
 * The wait is bounded by `MCP_RUN_WAIT_SECONDS`: a run still going then is left running and
@@ -13,6 +14,8 @@ the SSE stream does (progress notifications), and answer with its final text.
 * A caller that goes away (it closes the request, or cancels it) abandoned the run: a run of its
   own (`queued`, not a message steered or collected into another run) is cancelled, as
   `POST /cancel` would. Nobody is left to read its answer, and it would go on spending tokens.
+  An API process that stops while a call waits ends it the same way once its graceful shutdown
+  (`SHUTDOWN_GRACE_SECONDS`) is over.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ async def run_agent(
     wait = caller.runtime.settings.mcp_run_wait_seconds
     try:
         with anyio.fail_after(wait):
+            # first, where the message went: a caller cut off later can still find the run
+            note = f"{enqueued.status}: run {enqueued.run_id} in session {enqueued.session_key}"
+            await ctx.report_progress(0, message=note)
             await _follow(caller, ctx, enqueued.run_id)
     except TimeoutError:
         pass  # answered below with the run's current status
