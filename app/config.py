@@ -169,6 +169,12 @@ class Settings(BaseSettings):
         description="SSE keep-alive period (at most 15 s: the stream contract promises one "
         "at least every 15 s).",
     )
+    mcp_run_wait_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long the `/mcp` tool `run_agent` waits for its run to finish; a run "
+        "still going then is left running and answered with its runId (docs/tools.md).",
+    )
     # Stream tickets (app/auth/stream_ticket.py): EventSource cannot send Authorization.
     stream_ticket_seconds: int = Field(
         default=300,

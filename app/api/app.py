@@ -16,6 +16,7 @@ from app.api.deps import Runtime
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
 from app.api.limits import BodySizeLimit
+from app.api.mcp.endpoint import install_mcp
 from app.api.metrics_port import MetricsPortOnly
 from app.api.request_id import RequestId
 from app.api.routes import (
@@ -100,7 +101,8 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
             hub=hub,
         )
         try:
-            yield
+            async with mcp.run():  # the MCP transport serves `/mcp` while the runtime exists
+                yield
         finally:
             await hub.stop()
             if isinstance(sources := getattr(app.state, "tool_sources", None), ToolSources):
@@ -147,6 +149,7 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
     _document_auth_unavailable(files.router)
     app.include_router(files.router)  # raw-byte uploads: documents its own body errors
     app.state.members = MemberRegistry()
+    mcp = install_mcp(app, verifier, version=_version(), max_body_bytes=MAX_BODY_BYTES)
     install_workbench(app)  # the page at `/` (not in the OpenAPI document)
     if tracing_enabled():
         # the request's server span (the parent of the runs it enqueues); not for scrapes and

@@ -29,6 +29,11 @@ ALLOW_HEADERS = [
     "Cache-Control",  # EventSource polyfills send `Cache-Control: no-cache`
     "Last-Event-ID",  # resuming a stream
     "Idempotency-Key",
+    # MCP clients at `/mcp` (app/api/mcp): the protocol version and the 2026-07-28 routing headers
+    "Mcp-Protocol-Version",
+    "Mcp-Method",
+    "Mcp-Name",
+    "Mcp-Session-Id",
 ]
 EXPOSE_HEADERS = [
     "Retry-After",
