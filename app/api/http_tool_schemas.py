@@ -9,6 +9,7 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, field_validator
 
 from app.api.schemas import ApiModel
+from app.db.text import storable_text
 from app.tools.http.definition import (
     MAX_HEADERS,
     MAX_TIMEOUT_SECONDS,
@@ -79,9 +80,15 @@ class HttpToolBody(ApiModel):
         default=None, description="Only this agent of the tenant gets the tool (null: every agent)."
     )
 
+    @field_validator("description")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        return storable_text(value)
+
     @field_validator("parameters")
     @classmethod
     def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _storable_json(value)
         if (problem := parameters_problem(value)) is not None:
             raise ValueError(problem)
         return value
@@ -103,7 +110,21 @@ class HttpToolBody(ApiModel):
     @field_validator("url")
     @classmethod
     def _trimmed(cls, value: str) -> str:
-        return value.strip()
+        return storable_text(value.strip())
+
+
+def _storable_json(value: Any) -> None:
+    """Refuse what a JSONB column cannot hold (NUL characters, lone surrogates)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            storable_text(node, blank_ok=True)
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 class HeaderInfo(ApiModel):

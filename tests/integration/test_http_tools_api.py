@@ -240,6 +240,22 @@ BAD_DEFINITIONS: list[tuple[str, dict[str, Any], int, str, str]] = [
     ("lookup", {"headers": {"X-A": "a\r\nX-B: b"}}, 422, "headers", "control"),
     ("lookup", {"headers": {"Bad Name": "x"}}, 422, "headers", "not a header name"),
     ("lookup", {"agentId": str(uuid4())}, 422, "agentId", "not found"),
+    ("lookup", {"description": "a\u0000b"}, 422, "description", "NUL"),
+    ("lookup", {"parameters": {"type": "object", "title": "\u0000"}}, 422, "parameters", "NUL"),
+    (
+        "lookup",
+        {"parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}}},
+        422,
+        "parameters",
+        "does not resolve",
+    ),
+    (
+        "lookup",
+        {"parameters": {"type": "object", "properties": {"a": {"$ref": "https://e.com/s"}}}},
+        422,
+        "parameters",
+        "only references within the schema",
+    ),
 ]
 """(name, change to a good body, status, field, part of the message)."""
 

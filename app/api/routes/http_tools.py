@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
+from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 from app.agents.store import get_agent
@@ -113,8 +114,13 @@ async def get_http_tool(principal: AdminPrincipal, db: DatabaseDep, name: NamePa
 
 @router.put(
     "/http-tools/{name}",
-    response_model=HttpToolWithSecret | HttpToolInfo,
-    responses=error_responses(400, 401, 409, 415, 422) | _ADMIN_ONLY | _NO_SECRETS_KEY,
+    response_model=HttpToolInfo,
+    responses={
+        201: {"model": HttpToolWithSecret, "description": "Created: with its signing secret."}
+    }
+    | error_responses(400, 401, 409, 415, 422)
+    | _ADMIN_ONLY
+    | _NO_SECRETS_KEY,
 )
 async def put_http_tool(
     principal: AdminPrincipal,
@@ -124,8 +130,7 @@ async def put_http_tool(
     _json: JsonBody,
     name: NamePath,
     body: HttpToolBody,
-    response: Response,
-) -> HttpToolWithSecret | HttpToolInfo:
+) -> HttpToolInfo | JSONResponse:
     """Define (201, with the signing secret, shown only now) or replace (200) the tool `name`.
 
     409 `tool_name_taken` when a built-in tool has the name; 422 for a parameters schema that
@@ -161,8 +166,8 @@ async def put_http_tool(
         ) from None
     if secret is None:
         return info(stored)
-    response.status_code = 201
-    return with_secret(stored, secret)
+    created = with_secret(stored, secret).model_dump(mode="json", by_alias=True)
+    return JSONResponse(created, status_code=201)
 
 
 @router.post(

@@ -15,6 +15,9 @@ from typing import Any, Literal
 from uuid import UUID
 
 from jsonschema import Draft202012Validator, SchemaError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Risk = Literal["low", "medium", "high"]
@@ -46,6 +49,7 @@ RESERVED_HEADERS = frozenset(
 """Headers the transport sets (besides every `x-agent-runtime-*` and `proxy-*` header)."""
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 _NAME = re.compile(NAME_PATTERN)
+_BASE = "urn:agent-runtime:http-tool-parameters"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,33 @@ def parameters_problem(schema: dict[str, Any]) -> str | None:
         )
     if schema.get("type") != "object":
         return 'must describe an object (`"type": "object"`): a tool takes named arguments'
+    return _reference_problem(schema)
+
+
+def _reference_problem(schema: dict[str, Any]) -> str | None:
+    """Why a `$ref` of `schema` would fail when arguments are validated: only references into
+    the schema itself (`#...`) that resolve are accepted, and no `$id` may move the base."""
+    resolver = Registry().with_resource(_BASE, DRAFT202012.create_resource(schema))
+    lookup = resolver.resolver(base_uri=_BASE)
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key == "$id" and isinstance(value, str) and node is not schema:
+                return "may not use `$id` inside the schema"
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                if not value.startswith("#"):
+                    return f"{key} {value!r}: only references within the schema (#...) are allowed"
+                try:
+                    lookup.lookup(value)
+                except Unresolvable:
+                    return f"{key} {value!r} does not resolve within the schema"
+            stack.append(value)
     return None
 
 
