@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -85,6 +88,18 @@ async def call(
     return await registry.execute(ctx, ToolCall(id="call_1", name=name, args=args)), run_id
 
 
+def documented_verify() -> Callable[..., bool]:
+    """The `verify` function of docs/tools.md's Python snippet."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tools.md").read_text()
+    [snippet] = [
+        block for block in re.findall(r"```python\n(.*?)```", doc, re.S) if "def verify(" in block
+    ]
+    namespace: dict[str, Any] = {}
+    exec(snippet, namespace)  # noqa: S102 (our own documentation)
+    verify_fn: Callable[..., bool] = namespace["verify"]
+    return verify_fn
+
+
 async def test_a_signed_post_reaches_the_receiver(database: Database, alice: Principal) -> None:
     async with running_receiver(lookup=Reply(b'{"orders": [1, 2]}')) as receiver:
         receiver.secret = await define(database, alice, receiver.url("/lookup"))
@@ -106,6 +121,11 @@ async def test_a_signed_post_reaches_the_receiver(database: Database, alice: Pri
         receiver.secret, {**got.headers, "x-agent-runtime-delivery": str(uuid.uuid4())}, got.body
     )
     assert not signature_ok("arts_another-secret", got.headers, got.body)
+    # the snippet docs/tools.md gives receivers agrees
+    docs_verify = documented_verify()
+    assert docs_verify(receiver.secret, got.headers, got.body)
+    assert not docs_verify(receiver.secret, got.headers, got.body + b" ")
+    assert not docs_verify("arts_another-secret", got.headers, got.body)
     # the reference `verify` agrees, and refuses a stale timestamp (a replay)
     header = got.headers["x-agent-runtime-signature"]
     delivery = got.headers["x-agent-runtime-delivery"]
