@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from app.auth.principal import Principal
@@ -22,6 +23,7 @@ from app.config import Settings
 from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.tenants.crypto import Keyring
+from app.tenants.provider_keys import SecretsUnavailableError
 from app.tools.base import ToolContext
 from app.tools.http import store
 from app.tools.http.definition import HttpToolDefinition
@@ -276,3 +278,35 @@ async def test_secrets_that_do_not_decrypt_make_the_tool_unavailable(
     assert [t.name for t in found.tools] == ["first"]
     assert [u.pattern for u in found.unavailable] == ["second"]
     assert "moved from another row" in found.unavailable[0].reason
+
+
+async def test_reencrypt_moves_every_row_to_the_current_key(
+    database: Database, alice: Principal, mallory: Principal
+) -> None:
+    secret = await define(database, alice, "https://example.com/a", name="first")
+    await define(database, mallory, "https://example.com/b", name="second", headers={})
+    rotated = Keyring.parse(f"kid2:{K2},kid1:{K1}")
+    async with database.owner() as s:
+        counts = await store.reencrypt_all(s, rotated)
+    assert (counts.total, counts.reencrypted) == (2, 2)
+    async with database.owner() as s:
+        assert (await store.reencrypt_all(s, rotated)).reencrypted == 0  # idempotent
+        key_ids = (
+            await s.execute(
+                text(
+                    "SELECT secret_key_id, headers_key_id FROM tenant_http_tools ORDER BY tenant_id"
+                )
+            )
+        ).all()
+    assert [tuple(r) for r in key_ids] == [("kid2", "kid2"), ("kid2", None)]
+    # the old key dropped: everything still opens under the new one alone
+    found = await HttpToolSource(settings(secrets_key=f"kid2:{K2}")).tools_for(
+        database, alice, None
+    )
+    [tool] = found.tools
+    assert tool.endpoint.signing_secret == secret  # type: ignore[attr-defined]
+    assert tool.endpoint.headers == {"Authorization": TOKEN}  # type: ignore[attr-defined]
+    # a keyring missing the rows' key changes nothing and says which row
+    async with database.owner() as s:
+        with pytest.raises(SecretsUnavailableError, match="HTTP tool first"):
+            await store.reencrypt_all(s, Keyring.parse(f"kid3:{K1}"))

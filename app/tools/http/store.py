@@ -5,6 +5,7 @@ secret are sealed by `crypto.Keyring`, each with associated data naming the tena
 and which of the two it is, so a ciphertext moved to another row, tenant or column does not
 decrypt. Writes record `http_tool.updated` (also for a rotated secret) / `http_tool.deleted`
 audit events in the same transaction, with the public view only (header names, never values).
+`reencrypt_all` moves every row to the current SECRETS_KEY entry (key rotation).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from app.audit.record import record_audit
 from app.auth.principal import Principal
 from app.db.models import TenantHttpTool
 from app.logging import register_secret
-from app.tenants.crypto import Keyring, Sealed
+from app.tenants.crypto import Keyring, Sealed, SecretsKeyError
+from app.tenants.provider_keys import ReencryptCounts, SecretsUnavailableError
 from app.tools.http.definition import HttpToolDefinition, shown_suffix
 from app.tools.http.signing import new_secret
 
@@ -253,3 +255,52 @@ def _seal_headers(row: TenantHttpTool, keyring: Keyring, headers: dict[str, str]
         sealed.nonce,
         sealed.ciphertext,
     )
+
+
+async def reencrypt_all(owner: AsyncSession, keyring: Keyring) -> ReencryptCounts:
+    """Re-seal every tool's secrets, of every tenant, not under the current key (as the database
+    owner; `agent-runtime secrets reencrypt`). Idempotent; rows are locked while re-sealed.
+
+    Raises `SecretsUnavailableError` (nothing changed: the caller rolls back) when a row does
+    not open under `keyring`."""
+    rows = list(
+        await owner.scalars(
+            select(TenantHttpTool)
+            .order_by(TenantHttpTool.tenant_id, TenantHttpTool.name)
+            .with_for_update()
+        )
+    )
+    changed = 0
+    for row in rows:
+        try:
+            secret = keyring.reseal(
+                Sealed(row.secret_key_id, row.secret_nonce, row.secret_sealed),
+                aad(row.tenant_id, row.id, "secret"),
+            )
+            headers = None
+            if row.headers_sealed is not None:
+                assert row.headers_key_id is not None and row.headers_nonce is not None
+                headers = keyring.reseal(
+                    Sealed(row.headers_key_id, row.headers_nonce, row.headers_sealed),
+                    aad(row.tenant_id, row.id, "headers"),
+                )
+        except SecretsKeyError as exc:
+            raise SecretsUnavailableError(
+                f"tenant {row.tenant_id!r}, HTTP tool {row.name}: {exc}"
+            ) from None
+        if secret is not None:
+            row.secret_key_id, row.secret_nonce, row.secret_sealed = (
+                secret.key_id,
+                secret.nonce,
+                secret.ciphertext,
+            )
+        if headers is not None:
+            row.headers_key_id, row.headers_nonce, row.headers_sealed = (
+                headers.key_id,
+                headers.nonce,
+                headers.ciphertext,
+            )
+        if secret is not None or headers is not None:
+            changed += 1
+    await owner.flush()
+    return ReencryptCounts(total=len(rows), reencrypted=changed)
