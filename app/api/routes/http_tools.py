@@ -136,9 +136,11 @@ async def put_http_tool(
     409 `tool_name_taken` when a built-in tool has the name; 422 for a parameters schema that
     is not valid, a refused URL or an unknown agent.
     """
-    if (problem := name_problem(name, catalog.names())) is not None:
-        code = "tool_name_taken" if name in catalog.names() else "validation_error"
-        raise ApiError(409 if code == "tool_name_taken" else 422, problem, code=code, field="name")
+    taken = catalog.names()
+    if (problem := name_problem(name, taken)) is not None:
+        if name in taken:
+            raise ApiError(409, problem, code="tool_name_taken", field="name")
+        raise ApiError(422, problem, field="name")
     try:
         check_url(body.url, AddressPolicy.from_settings(settings))
     except ToolError as exc:
@@ -162,7 +164,10 @@ async def put_http_tool(
             stored, secret = await store.put_tool(s, principal, keyring, definition)
     except IntegrityError:
         raise ApiError(
-            409, f"the tool {name!r} was just created by another request; try again", field="name"
+            409,
+            f"the tool {name!r} was changed by another request at the same time (or its agent "
+            "was deleted); try again",
+            field="name",
         ) from None
     if secret is None:
         return info(stored)

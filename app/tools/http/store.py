@@ -116,15 +116,15 @@ async def put_tool(
     created = row is None
     before = None if row is None else HttpToolInfo.of(row).audit()
     secret = None
+    headers = definition.headers  # None: keep the stored ones
     if row is None:
         # the id is chosen here: the sealed values are bound to it
         row = TenantHttpTool(id=uuid4(), tenant_id=principal.tenant_id, name=definition.name)
         s.add(row)
         secret = new_secret()
         _seal_secret(row, keyring, secret)
-        headers = definition.headers or {}
+        headers = headers or {}
     else:
-        headers = definition.headers  # type: ignore[assignment]  # None: keep
         row.updated_at = func.now()
     row.agent_id = definition.agent_id
     row.description = definition.description
