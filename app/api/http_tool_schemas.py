@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -114,12 +115,15 @@ class HttpToolBody(ApiModel):
 
 
 def _storable_json(value: Any) -> None:
-    """Refuse what a JSONB column cannot hold (NUL characters, lone surrogates)."""
+    """Refuse what a JSONB column cannot hold (NUL characters, lone surrogates, numbers too
+    large for JSON, which Python reads as infinity)."""
     stack = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, str):
             storable_text(node, blank_ok=True)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise ValueError("numbers must be finite")
         elif isinstance(node, dict):
             stack.extend(node.keys())
             stack.extend(node.values())

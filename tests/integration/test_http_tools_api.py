@@ -244,6 +244,13 @@ BAD_DEFINITIONS: list[tuple[str, dict[str, Any], int, str, str]] = [
     ("lookup", {"parameters": {"type": "object", "title": "\u0000"}}, 422, "parameters", "NUL"),
     (
         "lookup",
+        {"parameters": {"type": "object", "properties": {"n": {"maximum": 1e400}}}},
+        422,
+        "parameters",
+        "finite",
+    ),
+    (
+        "lookup",
         {"parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}}},
         422,
         "parameters",
@@ -262,7 +269,9 @@ BAD_DEFINITIONS: list[tuple[str, dict[str, Any], int, str, str]] = [
 
 async def test_bad_definitions_are_refused(api: Api, database: Database) -> None:
     for name, change, status, field, message in BAD_DEFINITIONS:
-        r = await put(api, name, {**tool_body("https://x.example.com/"), **change})
+        body = json.dumps({**tool_body("https://x.example.com/"), **change})  # Infinity too
+        headers = {**auth(), "Content-Type": "application/json"}
+        r = await api.client.put(f"{TOOLS}/{name}", content=body, headers=headers)
         assert r.status_code == status, (name, change, r.text)
         error = error_of(r)
         fields = [error.get("field"), *(d["field"] for d in error.get("details") or [])]
