@@ -103,10 +103,12 @@ class HttpToolBody(ApiModel):
             raise ValueError(f"at most {MAX_HEADERS} headers")
         if len({name.lower() for name in value}) != len(value):
             raise ValueError("a header is given twice (names are case-insensitive)")
-        for name, header_value in value.items():
+        # HTTP drops a value's surrounding whitespace; h11 refuses to send it
+        trimmed = {name: header_value.strip(" \t") for name, header_value in value.items()}
+        for name, header_value in trimmed.items():
             if (problem := header_problem(name, header_value)) is not None:
                 raise ValueError(problem)
-        return value
+        return trimmed
 
     @field_validator("url")
     @classmethod

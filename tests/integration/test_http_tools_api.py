@@ -300,7 +300,9 @@ async def test_a_run_calls_the_tool_through_the_worker_under_policy_and_approval
     replies = {"lookup": Reply(b'{"orders": 2}'), "refund": Reply(b'{"refunded": true}')}
     async with running_receiver(**replies) as receiver:
         r = await put(
-            api, "lookup", tool_body(receiver.url("/lookup"), headers={"Authorization": TOKEN})
+            api,
+            "lookup",
+            tool_body(receiver.url("/lookup"), headers={"Authorization": f" {TOKEN}\t"}),
         )
         receiver.secret = secret = r.json()["signingSecret"]
         r = await put(api, "refund", tool_body(receiver.url("/refund"), risk="high"))
@@ -328,6 +330,7 @@ async def test_a_run_calls_the_tool_through_the_worker_under_policy_and_approval
 
     [got] = receiver.received  # the refund waits for its approval
     assert got.path == "/lookup" and json.loads(got.body) == {"q": "hi", "n": 2}
+    assert got.headers["authorization"] == TOKEN  # stored trimmed
     assert receiver.verified(got) and got.headers["x-agent-runtime-run"] == str(run_id)
     evs = await run_events(database, alice, run_id)
     completed = dict(evs)[ev.TOOL_COMPLETED]
