@@ -194,10 +194,9 @@ async def send_request(
     body: bytes = b"",
     ssl_context: ssl.SSLContext | None = None,
 ) -> Answer:
-    """One `method` request of `url` within `policy`: `headers` (besides Host, User-Agent's
-    default, Accept-Encoding and Content-Length, which are set here) and `body` sent as given,
-    no redirect followed, at most `max_bytes` of the body read, everything within `timeout`
-    seconds. Every failure is a `ToolError`."""
+    """One `method` request of `url` within `policy`: `headers` and `body` sent as given (Host,
+    Accept-Encoding and Content-Length are set here), no redirect followed, at most `max_bytes`
+    of the body read, everything within `timeout` seconds. Every failure is a `ToolError`."""
     try:
         async with asyncio.timeout(timeout):
             return await _send(method, url, policy, max_bytes, timeout, headers, body, ssl_context)
