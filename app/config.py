@@ -392,6 +392,13 @@ class Settings(BaseSettings):
     web_user_agent: str = Field(
         default="agent-runtime/0.1 (web_fetch)", description="User-Agent of web tool requests."
     )
+    # Tenant HTTP tools (`app/tools/http/`): reached under the web tools' address policy above.
+    http_tools_max_response_bytes: int = Field(
+        default=100_000,
+        ge=1,
+        description="Tenant HTTP tools: most response body bytes read (after decompression) and "
+        "given to the model; the rest is not read and the result says it was cut.",
+    )
 
     # Code execution (`run_python`, `run_shell`): see `app/tools/sandbox/`.
     sandbox_mode: Literal["bubblewrap", "unsafe-subprocess", "disabled"] = Field(

@@ -456,3 +456,32 @@ class TenantMember(Base):
     role: Mapped[str] = mapped_column(Text)
     first_seen_at: Mapped[datetime] = _now()
     last_seen_at: Mapped[datetime] = _now()
+
+
+class TenantHttpTool(Base):
+    """A tenant's HTTP endpoint offered as a tool (`app/tools/http/`); headers and signing
+    secret AES-GCM encrypted, bound to the tenant and the row's id."""
+
+    __tablename__ = "tenant_http_tools"
+    id: Mapped[uuid.UUID] = _pk_uuid()
+    tenant_id: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("agents.id"))
+    """NULL: every agent of the tenant."""
+    description: Mapped[str] = mapped_column(Text)
+    parameters: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    url: Mapped[str] = mapped_column(Text)
+    method: Mapped[str] = mapped_column(Text)
+    timeout_seconds: Mapped[float] = mapped_column(Float)
+    risk: Mapped[str] = mapped_column(Text)
+    header_hints: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    """Header name → the value's last 4 characters (or null when too short to show any)."""
+    headers_key_id: Mapped[str | None] = mapped_column(Text)
+    headers_nonce: Mapped[bytes | None] = mapped_column(LargeBinary)
+    headers_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    secret_key_id: Mapped[str] = mapped_column(Text)
+    secret_nonce: Mapped[bytes] = mapped_column(LargeBinary)
+    secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    secret_rotated_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()

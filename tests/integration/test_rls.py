@@ -95,6 +95,12 @@ INSERTS: dict[str, str] = {
         "VALUES (:tenant, (ARRAY['gemini', 'openai'])[:n], 'k1', '\\x000000000000000000000000', "
         "'\\x00', 'abcd')"
     ),
+    "tenant_http_tools": (
+        "INSERT INTO tenant_http_tools (tenant_id, name, description, parameters, url, method, "
+        "timeout_seconds, risk, secret_key_id, secret_nonce, secret_sealed) "
+        "VALUES (:tenant, replace(:name, '-', '_'), 'd', '{}', 'https://x.example/', 'POST', "
+        "5, 'low', 'k1', '\\x000000000000000000000000', '\\x00')"
+    ),
     "tenant_members": (
         "INSERT INTO tenant_members (tenant_id, user_id, role) VALUES (:tenant, :name, 'member')"
     ),

@@ -11,6 +11,10 @@
 * Content types: HTML and text-like types (text/*, JSON, XML, JS, YAML) are read; known binary
   types are refused before the body is read; a missing or `application/octet-stream` type is
   sniffed from the first bytes.
+
+`send_request` is the same guarded transport for one request of any method, with headers and a
+body, that follows no redirect (a 3xx is answered as it is) and does not judge the content type:
+the tenants' HTTP tools (`app/tools/http/`) call their endpoints with it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import functools
 import re
 import ssl
 import zlib
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -150,6 +154,100 @@ async def _fetch(
             except AddressRefused as exc:
                 raise AddressRefused(f"{exc.message} (redirect to {target})") from None
     raise ToolError(f"refused: more than {limits.max_redirects} redirects (next: {url})")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer to one `send_request`: status, type, headers, body (maybe cut at the cap)."""
+
+    url: str
+    status: int
+    content_type: str
+    charset: str | None
+    headers: list[tuple[str, str]]
+    body: bytes
+    truncated: bool
+
+    def text(self) -> str:
+        """The body as text: the declared charset, else BOM, else UTF-8 (bad bytes replaced)."""
+        name = self.charset or _bom_charset(self.body) or "utf-8"
+        try:
+            decoder = codecs.getincrementaldecoder(name)(errors="replace")
+        except LookupError:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return decoder.decode(self.body, final=not self.truncated)
+
+    def header(self, name: str) -> str:
+        """The first value of header `name` (case-insensitive), or ""."""
+        wanted = name.lower()
+        return next((v for k, v in self.headers if k.lower() == wanted), "")
+
+
+async def send_request(
+    method: str,
+    url: str,
+    *,
+    policy: AddressPolicy,
+    max_bytes: int,
+    timeout: float,  # noqa: ASYNC109 (one deadline for connect, send and body)
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    ssl_context: ssl.SSLContext | None = None,
+) -> Answer:
+    """One `method` request of `url` within `policy`: `headers` and `body` sent as given (Host,
+    Accept-Encoding and Content-Length are set here), no redirect followed, at most `max_bytes`
+    of the body read, everything within `timeout` seconds. Every failure is a `ToolError`."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await _send(method, url, policy, max_bytes, timeout, headers, body, ssl_context)
+    except (TimeoutError, httpcore.TimeoutException):
+        raise ToolError(f"timed out after {timeout:g} s calling {url}") from None
+    except httpcore.ConnectError as exc:
+        raise ToolError(f"could not connect to {url}: {exc or 'connection failed'}") from None
+    except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        raise ToolError(f"calling {url} failed: {type(exc).__name__}: {exc}") from None
+
+
+async def _send(
+    method: str,
+    raw_url: str,
+    policy: AddressPolicy,
+    max_bytes: int,
+    timeout: float,  # noqa: ASYNC109
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    ssl_context: ssl.SSLContext | None,
+) -> Answer:
+    url = check_url(raw_url, policy)
+    context = ssl_context if ssl_context is not None else _default_ssl_context()
+    sent = [(b"Host", url.netloc), (b"Accept-Encoding", b"gzip")]
+    sent += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    if body or method not in ("GET", "HEAD"):
+        sent.append((b"Content-Length", str(len(body)).encode()))
+    async with (
+        httpcore.AsyncConnectionPool(
+            ssl_context=context, network_backend=GuardedBackend(policy), retries=0
+        ) as pool,
+        pool.stream(
+            method,
+            _core_url(url),
+            headers=sent,
+            content=body,
+            extensions={"timeout": {k: timeout for k in ("connect", "read", "write", "pool")}},
+        ) as response,
+    ):
+        mime, charset = _parse_content_type(_header(response, b"content-type"))
+        decoder = _BodyDecoder(_header(response, b"content-encoding"))
+        data, truncated = await _read_capped(response.aiter_stream(), decoder, max_bytes)
+        return Answer(
+            url=str(url),
+            status=response.status,
+            content_type=mime,
+            charset=charset,
+            headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
+            body=data,
+            truncated=truncated,
+        )
 
 
 @functools.cache
