@@ -1,15 +1,15 @@
 """A small MCP server for the client tests: echo, add, a failing tool, a slow one that notes its
-cancellation, and one that adds a tool and announces the list change.
+cancellation, one that adds a tool and announces the list change, `history` (what happened, so
+a test can see a stdio server's side), `header` (an HTTP request header it received), `exists`
+(whether a path is visible: the sandbox test) and `crash` (the process exits: stdio only).
 
-Run over stdio with `python toolbox.py [marker-file]`: the slow tool then writes `cancelled` to
-the marker file when its call is cancelled (the test process cannot see the server's memory).
-Imported, `build_toolbox(events)` returns the server and appends what happened to `events`.
+Run over stdio with `python toolbox.py`; imported, `build_toolbox(events)` returns the server and
+appends what happened to `events`.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import os
 from typing import Any
 
 import anyio
@@ -18,15 +18,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 
-def build_toolbox(events: list[str], marker: Path | None = None) -> MCPServer:
-    """The server; `events` (and `marker`, when given) record slow calls' fates."""
-    server = MCPServer("toolbox")
-
-    def note(event: str) -> None:
-        events.append(event)
-        if marker is not None:
-            with marker.open("a") as f:
-                f.write(event + "\n")
+def build_toolbox(events: list[str]) -> MCPServer:
+    """The server; `events` records slow calls' fates."""
+    server = MCPServer("toolbox", log_level="WARNING")
+    note = events.append
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def echo(text: str) -> str:
@@ -67,9 +62,29 @@ def build_toolbox(events: list[str], marker: Path | None = None) -> MCPServer:
         await ctx.notify_tools_changed()
         return "grown"
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def history() -> list[str]:
+        """What happened to slow calls so far."""
+        return list(events)
+
+    @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """The value of request header `name` (HTTP only; empty when absent)."""
+        request = ctx.request_context.request
+        return "" if request is None else str(request.headers.get(name, ""))
+
+    @server.tool()
+    def exists(path: str) -> dict[str, Any]:
+        """Whether `path` exists here, and the uid this server runs as."""
+        return {"exists": os.path.exists(path), "uid": os.getuid()}
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the process at once (a stdio server dying)."""
+        os._exit(3)
+
     return server
 
 
 if __name__ == "__main__":
-    marker_path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
-    build_toolbox([], marker_path).run("stdio")
+    build_toolbox([]).run("stdio")
