@@ -437,20 +437,25 @@ class Settings(BaseSettings):
     )
     mcp_stdio_readonly_paths: list[str] = Field(
         default_factory=list,
-        description='Host paths mounted read-only (at the same path) into stdio MCP servers\' '
+        description="Host paths mounted read-only (at the same path) into stdio MCP servers' "
         'sandboxes, e.g. ["/opt/mcp-servers"] where their programs are installed; /usr is '
         "always there.",
     )
     mcp_connect_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="How long connecting to an MCP server (and listing its "
+        default=10.0,
+        gt=0,
+        description="How long connecting to an MCP server (and listing its "
         "tools) may take before it counts as unavailable.",
     )
     mcp_call_timeout_seconds: float = Field(
-        default=60.0, gt=0, description="Limit of one MCP tool call when its server sets no "
-        "timeoutSeconds.",
+        default=60.0,
+        gt=0,
+        description="Limit of one MCP tool call when its server sets no timeoutSeconds.",
     )
     mcp_idle_seconds: float = Field(
-        default=300.0, gt=0, description="A worker closes an MCP connection (and stops a stdio "
+        default=300.0,
+        gt=0,
+        description="A worker closes an MCP connection (and stops a stdio "
         "server) unused for this long.",
     )
 

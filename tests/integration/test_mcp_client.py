@@ -178,6 +178,28 @@ async def test_listings_are_cached_until_a_change_or_a_new_configuration(
     assert not conn.connected
 
 
+async def test_idle_connections_are_closed_and_reopened_by_the_next_call(
+    toolbox: HttpToolbox, database: Database, alice: Principal
+) -> None:
+    source = McpToolSource(mcp_settings(mcp_idle_seconds=0.3))  # the reaper looks every 1 s
+    try:
+        await put_server(database, alice, "box", transport="http", url=toolbox.url)
+        registry, _ = await offered(source, database, alice)
+        conn = source.find("acme", "box")
+        assert conn is not None and conn.connected
+        for _ in range(150):
+            if source.find("acme", "box") is None:
+                break
+            await asyncio.sleep(0.02)
+        assert source.find("acme", "box") is None and not conn.connected
+        result = await execute(registry, database, alice, "mcp__box__echo", text="again")
+        assert result.ok and result.result["text"] == "again"
+        reopened = source.find("acme", "box")
+        assert reopened is not None and reopened is not conn and reopened.connected
+    finally:
+        await source.aclose()
+
+
 async def test_a_server_down_is_unavailable_and_a_restarted_one_is_used_again(
     source: McpToolSource, database: Database, alice: Principal
 ) -> None:

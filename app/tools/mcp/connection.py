@@ -58,6 +58,8 @@ class McpConnection:
         """The last listing (kept after the connection fails: runs may still be offered it)."""
         self.last_error: str | None = None
         self.last_used = time.monotonic()
+        self.calls = 0
+        """Calls in flight (an idle connection with calls in flight is not closed)."""
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -126,6 +128,14 @@ class McpConnection:
 
     async def call(self, name: str, args: dict[str, Any]) -> types.CallToolResult:
         """Call the server's tool `name`; connection trouble is a `ToolError` for the model."""
+        self.calls += 1
+        try:
+            return await self._call(name, args)
+        finally:
+            self.calls -= 1
+            self.last_used = time.monotonic()
+
+    async def _call(self, name: str, args: dict[str, Any]) -> types.CallToolResult:
         server = self.config.name
         try:
             client = await self.ensure()

@@ -18,14 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 from uuid import UUID
 
+import mcp_types as types
 import structlog
 
 from app.auth.principal import Principal
 from app.config import Settings
 from app.db.engine import Database
 from app.tenants.crypto import Keyring, SecretsKeyError, keyring_from_settings
+from app.tools.base import ToolError
 from app.tools.mcp.config import ServerConfig
 from app.tools.mcp.connection import McpConnection
 from app.tools.mcp.store import SecretsUnavailableError, load_servers
@@ -73,11 +76,18 @@ class McpToolSource:
 
     def connection(self, config: ServerConfig) -> McpConnection:
         """The pool's connection for `config` (created, not yet opened, when new); connections
-        to older versions of the same server are closed."""
+        to older versions of the same server are closed. `McpUnavailableError` when a newer
+        version is pooled already (a run listed the tools before the change)."""
         found = self._connections.get(config.key)
         if found is not None:
             return found
-        for key in [k for k in self._connections if k[:2] == config.key[:2]]:
+        same = [k for k in self._connections if k[:2] == config.key[:2]]
+        if any(k[2] > config.version for k in same):
+            raise McpUnavailableError(
+                "its configuration changed after this run listed its tools; the next run gets "
+                "the new one"
+            )
+        for key in same:
             self._close_later(self._connections.pop(key))
         conn = McpConnection(config, self.settings)
         self._connections[config.key] = conn
@@ -100,17 +110,34 @@ class McpToolSource:
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def _tools_of(self, config: ServerConfig) -> SourcedTools:
-        conn = self.connection(config)
-        timeout = self.settings.mcp_call_timeout_seconds
+    async def call(
+        self, config: ServerConfig, name: str, args: dict[str, Any]
+    ) -> types.CallToolResult:
+        """Call `config`'s tool `name` through the pool (reconnecting a connection that was
+        closed as idle since the run listed it)."""
         try:
+            conn = self.connection(config)
+        except McpUnavailableError as exc:
+            raise ToolError(f"MCP server {config.name!r} is unavailable: {exc}") from None
+        return await conn.call(name, args)
+
+    async def _tools_of(self, config: ServerConfig) -> SourcedTools:
+        timeout = self.settings.mcp_call_timeout_seconds
+
+        async def call(name: str, args: dict[str, Any]) -> types.CallToolResult:
+            return await self.call(config, name, args)
+
+        try:
+            conn = self.connection(config)
             listed = await conn.list_tools()
         except McpUnavailableError as exc:
-            tools, clashes = server_tools(config, conn.tools or [], conn.call, timeout)
+            known = self._connections.get(config.key)
+            cached = [] if known is None else known.tools or []
+            tools, clashes = server_tools(config, cached, call, timeout)
             return SourcedTools(
                 tools, [Unavailable(config.origin, config.pattern, str(exc)), *clashes]
             )
-        tools, clashes = server_tools(config, listed, conn.call, timeout)
+        tools, clashes = server_tools(config, listed, call, timeout)
         return SourcedTools(tools, clashes)
 
     def _get_keyring(self) -> Keyring | None:
@@ -136,7 +163,8 @@ class McpToolSource:
             await asyncio.sleep(max(1.0, idle / 10))
             now = time.monotonic()
             for key, conn in list(self._connections.items()):
-                if now - conn.last_used > idle and self._connections.get(key) is conn:
+                unused = now - conn.last_used > idle and conn.calls == 0
+                if unused and self._connections.get(key) is conn:
                     del self._connections[key]
                     with contextlib.suppress(Exception):
                         await conn.close()
