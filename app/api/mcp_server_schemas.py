@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.api.schemas import ApiModel
+from app.db.text import storable_text
 from app.tools.mcp.config import ENV_NAME_PATTERN, HEADER_NAME_PATTERN, RESERVED_HEADERS, Risk
 
 MAX_SECRETS = 32
@@ -22,6 +23,7 @@ def _checked_values(values: dict[str, str], what: str) -> dict[str, str]:
     if len(values) > MAX_SECRETS:
         raise ValueError(f"at most {MAX_SECRETS} {what}s")
     for key, value in values.items():
+        storable_text(value, blank_ok=True)
         if len(value) > MAX_SECRET_CHARS:
             raise ValueError(f"{what} {key!r}: at most {MAX_SECRET_CHARS} characters")
         if any(c in value for c in "\r\n\0"):
@@ -120,8 +122,24 @@ class McpServerBody(ApiModel):
     @field_validator("args")
     @classmethod
     def _arg_sizes(cls, value: list[str]) -> list[str]:
-        if any(len(a) > 4096 or "\0" in a for a in value):
-            raise ValueError("each argument: at most 4096 characters, no NUL")
+        if any(len(a) > 4096 for a in value):
+            raise ValueError("each argument: at most 4096 characters")
+        return [storable_text(a, blank_ok=True) for a in value]
+
+    @field_validator("url", "command")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        return None if value is None else storable_text(value)
+
+    @field_validator("tool_risk")
+    @classmethod
+    def _tool_names(cls, value: dict[str, Risk]) -> dict[str, Risk]:
+        if len(value) > 1000:
+            raise ValueError("at most 1000 tools")
+        for name in value:
+            if len(name) > 256:
+                raise ValueError("tool names: at most 256 characters")
+            storable_text(name)
         return value
 
     @model_validator(mode="after")

@@ -240,6 +240,16 @@ async def test_refused_addresses_and_undecryptable_secrets_are_unavailable(
         "mcp:meta": "refused: 169.254.169.254 is the cloud metadata address",
         "mcp:intranet": "refused: 10.1.2.3 is a private address",
     }
+    # a host name is resolved and checked when connecting (a stored row, or DNS that changed)
+    strict = McpToolSource(mcp_settings(web_allowed_networks=[]))
+    await put_server(database, alice, "named", transport="http", url="http://localhost:9/mcp")
+    try:
+        _, sourced = await offered(strict, database, alice)
+    finally:
+        await strict.aclose()
+    named = next(u for u in sourced.unavailable if u.source == "mcp:named")
+    assert "refused: localhost resolves to " in named.reason, named.reason
+    assert "a loopback address" in named.reason
     # a worker whose SECRETS_KEY lost the server's key id
     await put_server(
         database,

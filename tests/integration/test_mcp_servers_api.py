@@ -69,7 +69,9 @@ def http_body(url: str, **fields: Any) -> dict[str, Any]:
 
 
 async def put(api: Api, name: str, body: dict[str, Any], **who: Any) -> Any:
-    return await api.client.put(f"{SERVERS}/{name}", json=body, headers=auth(**who))
+    # json.dumps escapes lone surrogates (\\ud800), which httpx's own encoder refuses
+    headers = {**auth(**who), "Content-Type": "application/json"}
+    return await api.client.put(f"{SERVERS}/{name}", content=json.dumps(body), headers=headers)
 
 
 async def rows(database: Database, table: str, where: str = "true") -> list[dict[str, Any]]:
@@ -201,6 +203,11 @@ async def test_bad_bodies_and_names_are_422(api: Api, db_url: str, database: Dat
         http_body("http://127.0.0.1:9/mcp", headers={"X-A": "line\r\nbreak"}),
         http_body("http://127.0.0.1:9/mcp", risk="extreme"),
         http_body("http://127.0.0.1:9/mcp", timeoutSeconds=0),
+        http_body("http://127.0.0.1:9/mcp", headers={"X-A": "\ud800"}),
+        http_body("http://127.0.0.1:9/mcp", toolRisk={"a\u0000b": "low"}),
+        http_body("http://127.0.0.1:9/\u0000"),
+        {"transport": "stdio", "command": "/bin/\u0000sh"},
+        {"transport": "stdio", "command": "/bin/sh", "args": ["\udfff"]},
     ):
         r = await put(api, "box", body)
         assert r.status_code == 422, (body, r.text)

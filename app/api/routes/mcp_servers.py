@@ -165,8 +165,9 @@ async def put_mcp_server(
     if body.url is not None:
         try:
             await check_server_address(body.url, settings)
-        except (ToolError, McpUnavailableError) as exc:
-            raise ApiError(422, f"url is refused: {exc}", field="url") from None
+        except (ToolError, McpUnavailableError, ValueError) as exc:
+            reason = str(exc).removeprefix("refused: ")
+            raise ApiError(422, f"url is refused: {reason}", field="url") from None
     keyring = _keyring(settings, needed=bool(body.headers or body.env))
     async with db.tenant(principal) as s:
         if body.agent_id is not None and await get_agent(s, body.agent_id) is None:
