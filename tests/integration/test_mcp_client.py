@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import uuid4
@@ -266,6 +268,31 @@ async def test_refused_addresses_and_undecryptable_secrets_are_unavailable(
         await other.aclose()
     sealed = next(u for u in sourced.unavailable if u.source == "mcp:sealed")
     assert "cannot be decrypted" in sealed.reason and "kid1" in sealed.reason
+
+
+async def test_a_server_that_never_answers_times_out_and_is_not_retried_at_once(
+    database: Database, alice: Principal
+) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # connections queue up; nothing is ever read or answered
+    port = silent.getsockname()[1]
+    source = McpToolSource(mcp_settings(mcp_connect_timeout_seconds=0.5))
+    try:
+        await put_server(database, alice, "mute", transport="http", url=f"http://127.0.0.1:{port}/")
+        started = time.monotonic()
+        _, sourced = await offered(source, database, alice)
+        [mute] = sourced.unavailable
+        assert mute.reason == "connecting timed out after 0.5 s"
+        assert time.monotonic() - started < 3
+        # the next run does not wait again: the failure is remembered for a few seconds
+        started = time.monotonic()
+        _, sourced = await offered(source, database, alice)
+        assert [u.reason for u in sourced.unavailable] == [mute.reason]
+        assert time.monotonic() - started < 0.3
+    finally:
+        await source.aclose()
+        silent.close()
 
 
 def sandboxed_processes() -> list[int]:

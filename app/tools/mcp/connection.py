@@ -44,6 +44,9 @@ MAX_PAGES = 100
 """Pages of a tool listing read at most (a server that paginates forever cannot hang a run)."""
 UNWATCHED_LIST_SECONDS = 60.0
 """How long a listing is trusted from a server that sends no change notifications."""
+RETRY_SECONDS = 5.0
+"""After a failed connect, listings (each run's start, `/tools`) answer with that failure for
+this long instead of trying again; calls always try."""
 CLOSE_SECONDS = 10.0
 CLIENT_INFO = types.Implementation(name="agent-runtime", version="0.1")
 
@@ -65,6 +68,7 @@ class McpConnection:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._broken: str | None = None
+        self._failed_at: float | None = None
         self._changes = 0
         """Bumped by every list-changed notification."""
         self._listed_at: tuple[int, float] | None = None
@@ -98,12 +102,16 @@ class McpConnection:
                 client = await self._open()
             except McpUnavailableError as exc:
                 self.last_error = str(exc)
+                self._failed_at = time.monotonic()
                 raise
-            self.last_error = None
+            self.last_error = self._failed_at = None
             return client
 
     async def list_tools(self) -> list[types.Tool]:
         """The server's tools: cached unless a change was announced (connects if needed)."""
+        failed_at, reason = self._failed_at, self.last_error
+        if failed_at is not None and reason and time.monotonic() - failed_at < RETRY_SECONDS:
+            raise McpUnavailableError(reason)
         client = await self.ensure()
         if self.tools is not None and not self._stale():
             return self.tools
@@ -182,6 +190,14 @@ class McpConnection:
                 "MCP connection closed with an error", server=self.config.name, error=repr(exc)
             )
 
+    async def _abort(self) -> None:
+        """Stop an owner that never handed a client out (it may be stuck connecting)."""
+        owner, self._owner = self._owner, None
+        self._client = None
+        if owner is not None:
+            owner.cancel()
+            await asyncio.gather(owner, return_exceptions=True)
+
     def _stale(self) -> bool:
         if self._listed_at is None:
             return True
@@ -206,14 +222,14 @@ class McpConnection:
                 client = await asyncio.shield(ready)
         except TimeoutError:
             ready.add_done_callback(_consume)
-            await self.close()
+            await self._abort()
             limit = self.settings.mcp_connect_timeout_seconds
             raise McpUnavailableError(f"connecting timed out after {limit:g} s") from None
         except McpUnavailableError:
-            await self.close()
+            await self._abort()
             raise
         except Exception as exc:
-            await self.close()
+            await self._abort()
             raise McpUnavailableError(f"cannot connect: {describe(exc)}") from None
         self._client = client
         return client
