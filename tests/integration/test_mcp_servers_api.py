@@ -5,9 +5,11 @@ run calls an MCP tool under policy and approvals."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -20,8 +22,11 @@ from app.config import Settings
 from app.core import events as ev
 from app.db.engine import Database
 from app.logging import configure_logging
+from app.tenants.crypto import Keyring
+from app.tools.mcp import store
+from app.tools.mcp.config import ServerConfig
 from tests.integration.api_support import SECRET, Api, auth, error_of, running_api
-from tests.integration.mcp_support import HttpToolbox, mcp_settings
+from tests.integration.mcp_support import SECRETS_KEY, HttpToolbox, mcp_settings
 from tests.integration.policy_support import (
     executions,
     run_events,
@@ -302,3 +307,27 @@ async def test_a_worker_run_calls_mcp_tools_under_policy_and_approvals(
     evs = await run_events(database, alice, run_id)
     started = [d["name"] for t, d in evs if t == ev.TOOL_STARTED]
     assert started == ["mcp__box__add", "mcp__box__explode"]
+
+
+async def test_secrets_are_resealed_under_a_new_key(database: Database, alice: Principal) -> None:
+    old = Keyring.parse(SECRETS_KEY)
+    config = ServerConfig("acme", "box", "http", 0, url="http://127.0.0.1:9/", headers={"A": TOKEN})
+    async with database.tenant(alice) as s:
+        await store.put_server(s, alice, old, config)
+        await store.put_server(s, alice, old, replace(config, name="plain", headers={}))
+    rotated = Keyring.parse(f"{rotated_only()},{SECRETS_KEY}")
+    async with database.owner() as s:
+        first = await store.reencrypt_servers(s, rotated)
+    async with database.owner() as s:
+        again = await store.reencrypt_servers(s, rotated)
+    assert (first.total, first.reencrypted, again.reencrypted) == (1, 1, 0)
+    async with database.tenant(alice.as_service()) as s:
+        loaded = await store.load_servers(s, "acme", None, lambda: Keyring.parse(rotated_only()))
+    assert loaded.broken == [] and {c.name: c.headers for c in loaded.servers} == {
+        "box": {"A": TOKEN},
+        "plain": {},
+    }
+
+
+def rotated_only() -> str:
+    return f"kid2:{base64.b64encode(bytes(range(1, 33))).decode()}"

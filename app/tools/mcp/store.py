@@ -27,6 +27,7 @@ from app.auth.principal import Principal
 from app.db.models import TenantMcpServer
 from app.logging import register_secret
 from app.tenants.crypto import Keyring, Sealed, SecretsKeyError
+from app.tenants.provider_keys import ReencryptCounts
 from app.tools.mcp.config import ServerConfig, config_from_row
 
 
@@ -231,3 +232,34 @@ def _open(row: TenantMcpServer, keyring: Keyring | None) -> dict[str, dict[str, 
         for value in values.values():
             register_secret(value)
     return opened
+
+
+async def reencrypt_servers(owner: AsyncSession, keyring: Keyring) -> ReencryptCounts:
+    """Re-seal every server's secrets not under the current key, across tenants (as the database
+    owner; for `agent-runtime secrets reencrypt`). Idempotent; rows are locked while re-sealed.
+    `version` is left alone: the values did not change."""
+    rows = list(
+        await owner.scalars(
+            select(TenantMcpServer)
+            .where(TenantMcpServer.ciphertext.is_not(None))
+            .order_by(TenantMcpServer.tenant_id, TenantMcpServer.name)
+            .with_for_update()
+        )
+    )
+    changed = 0
+    for row in rows:
+        assert row.key_id is not None and row.nonce is not None and row.ciphertext is not None
+        try:
+            fresh = keyring.reseal(
+                Sealed(row.key_id, row.nonce, row.ciphertext), aad(row.tenant_id, row.name)
+            )
+        except SecretsKeyError as exc:
+            raise SecretsUnavailableError(
+                f"tenant {row.tenant_id!r}, MCP server {row.name!r}: {exc}"
+            ) from None
+        if fresh is None:
+            continue
+        row.key_id, row.nonce, row.ciphertext = fresh.key_id, fresh.nonce, fresh.ciphertext
+        changed += 1
+    await owner.flush()
+    return ReencryptCounts(total=len(rows), reencrypted=changed)
