@@ -442,6 +442,36 @@ class Settings(BaseSettings):
         description="Unprivileged uid and gid sandboxes run as when the server runs as root.",
     )
 
+    # MCP servers tenants attach as tool sources: see `app/tools/mcp/` and docs/tools.md.
+    mcp_stdio_enabled: bool = Field(
+        default=False,
+        description="Tenants may attach stdio MCP servers: commands the workers start inside "
+        "the code sandbox (bubblewrap; see SANDBOX_*). Off: only streamable HTTP servers.",
+    )
+    mcp_stdio_readonly_paths: list[str] = Field(
+        default_factory=list,
+        description="Host paths mounted read-only (at the same path) into stdio MCP servers' "
+        'sandboxes, e.g. ["/opt/mcp-servers"] where their programs are installed; /usr is '
+        "always there.",
+    )
+    mcp_connect_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long connecting to an MCP server (and listing its "
+        "tools) may take before it counts as unavailable.",
+    )
+    mcp_call_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Limit of one MCP tool call when its server sets no timeoutSeconds.",
+    )
+    mcp_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A worker closes an MCP connection (and stops a stdio "
+        "server) unused for this long.",
+    )
+
     # Tenant secrets at rest (app/tenants/crypto.py): tenants' own provider keys.
     secrets_key: SecretStr | None = Field(
         default=None,

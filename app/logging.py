@@ -29,6 +29,9 @@ _QUIET_LOGGERS = (
     "alembic.runtime.plugins",
     "httpx",
     "httpcore",
+    "httpx2",  # the MCP SDK's HTTP client: one INFO line per MCP request
+    "httpcore2",
+    "mcp",
     "sqlalchemy.engine",
     "watchfiles",
 )

@@ -485,3 +485,29 @@ class TenantHttpTool(Base):
     secret_rotated_at: Mapped[datetime] = _now()
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class TenantMcpServer(Base):
+    """An MCP server a tenant attached as a tool source (`app/tools/mcp/store.py`)."""
+
+    __tablename__ = "tenant_mcp_servers"
+    tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("agents.id", ondelete="CASCADE")
+    )
+    """The one agent whose runs get it (None: every agent of the tenant)."""
+    transport: Mapped[str] = mapped_column(Text)
+    """`http` (streamable HTTP) or `stdio`."""
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    config: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    """What may be shown: url, command, args, header and env names, risk, toolRisk, timeout."""
+    key_id: Mapped[str | None] = mapped_column(Text)
+    """The SECRETS_KEY entry that sealed the header and env values (None: it has none)."""
+    nonce: Mapped[bytes | None] = mapped_column(LargeBinary)
+    ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary)
+    version: Mapped[int] = mapped_column(Integer, server_default="1")
+    """Raised by every write: the workers' connections are keyed by it."""
+    updated_by: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()

@@ -104,6 +104,10 @@ INSERTS: dict[str, str] = {
     "tenant_members": (
         "INSERT INTO tenant_members (tenant_id, user_id, role) VALUES (:tenant, :name, 'member')"
     ),
+    "tenant_mcp_servers": (
+        "INSERT INTO tenant_mcp_servers (tenant_id, name, transport, updated_by) "
+        "VALUES (:tenant, (ARRAY['srv1', 'srv2'])[:n], 'http', 'u')"
+    ),
 }
 TABLES = list(INSERTS)
 APPEND_ONLY = ["audit_events"]
