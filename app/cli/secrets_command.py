@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def cmd_secrets_reencrypt(args: argparse.Namespace, settings: Settings) -> int:
-    """`secrets reencrypt`: re-seal every provider key not under SECRETS_KEY's first key."""
+    """`secrets reencrypt`: re-seal every stored secret (provider keys, HTTP tools' headers and
+    signing secrets, MCP servers' headers and env) not under SECRETS_KEY's first key."""
     from app.serve import database, require_migrated
     from app.tenants.crypto import SecretsKeyError, keyring_from_settings
 
@@ -32,21 +33,30 @@ def cmd_secrets_reencrypt(args: argparse.Namespace, settings: Settings) -> int:
     with database(settings) as url:
         require_migrated(url)
         counts = asyncio.run(_reencrypt(url, keyring))
-    print(
-        f"provider keys: {counts.total} stored, {counts.reencrypted} re-encrypted under "
-        f"{keyring.current_id!r}, {counts.current} already current"
-    )
+    for label, done in counts:
+        print(
+            f"{label}: {done.total} stored, {done.reencrypted} re-encrypted under "
+            f"{keyring.current_id!r}, {done.current} already current"
+        )
     return EXIT_OK
 
 
-async def _reencrypt(url: str, keyring: Keyring) -> ReencryptCounts:
+async def _reencrypt(url: str, keyring: Keyring) -> list[tuple[str, ReencryptCounts]]:
+    """Re-seal every kind of stored secret in ONE transaction: all or nothing."""
     from app.db.engine import Database
-    from app.tenants.provider_keys import SecretsUnavailableError, reencrypt_all
+    from app.tenants import provider_keys
+    from app.tenants.provider_keys import SecretsUnavailableError
+    from app.tools.http import store as http_tools
+    from app.tools.mcp import store as mcp_servers
 
     db = Database(url, pool_size=1, max_overflow=0)
     try:
         async with db.owner() as s:
-            return await reencrypt_all(s, keyring)
+            return [
+                ("provider keys", await provider_keys.reencrypt_all(s, keyring)),
+                ("http tools", await http_tools.reencrypt_all(s, keyring)),
+                ("mcp servers", await mcp_servers.reencrypt_servers(s, keyring)),
+            ]
     except SecretsUnavailableError as exc:
         raise CliError(f"nothing was changed: {exc}") from None
     finally:

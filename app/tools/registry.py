@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 from jsonschema import Draft202012Validator, SchemaError
+from referencing.exceptions import Unresolvable
 
 from app.config import Settings, get_settings
 from app.core.errors import LeaseLostError
@@ -112,9 +113,15 @@ class ToolRegistry:
 
     def validation_error(self, name: str, args: dict[str, Any]) -> str | None:
         """Why `args` do not fit the tool's schema (None when they do)."""
-        errors = sorted(
-            self._validators[name].iter_errors(args), key=lambda e: list(e.absolute_path)
-        )
+        try:
+            errors = sorted(
+                self._validators[name].iter_errors(args), key=lambda e: list(e.absolute_path)
+            )
+        except Unresolvable as exc:  # a source's schema may `$ref` what is not there
+            ref = getattr(exc, "ref", "?")
+            return (
+                f"{name} cannot be called: its parameters schema has an unresolvable $ref {ref!r}"
+            )
         if not errors:
             return None
         parts = []

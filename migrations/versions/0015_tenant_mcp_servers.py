@@ -1,7 +1,7 @@
 """MCP servers tenants attach as tool sources, header/env secrets encrypted (tenant_mcp_servers).
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-24
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """Fallback models: agent_run_queue.usage_by_model, a run's tokens split by model.
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0015
 Create Date: 2026-11-24
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0016"
-down_revision = "0013"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -263,6 +263,26 @@ async def test_rotation_with_the_reencrypt_command(
 ) -> None:
     assert (await put(api, "openai", {"apiKey": OPENAI_KEY})).status_code == 200
     assert (await put(api, "gemini", {"apiKey": GEMINI_KEY}, user="mallory")).status_code == 200
+    # the other sealed secrets rotate with the provider keys, in the same transaction
+    tool = {
+        "description": "Look an order up.",
+        "parameters": {"type": "object"},
+        "url": "https://orders.example.com/lookup",
+        "headers": {"Authorization": "Bearer orders-0123456789"},
+    }
+    created = await api.client.put(
+        "/api/agent-runtime/http-tools/lookup", json=tool, headers=auth()
+    )
+    assert created.status_code == 201, created.text
+    server = {
+        "transport": "http",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers": {"Authorization": "Bearer mcp-0123456789"},
+    }
+    attached = await api.client.put(
+        "/api/agent-runtime/mcp-servers/docs", json=server, headers=auth()
+    )
+    assert attached.status_code in (200, 201), attached.text
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DATABASE_URL", db_url)
     monkeypatch.setenv("AGENT_RUNTIME_DATA_DIR", str(tmp_path))
@@ -274,7 +294,9 @@ async def test_rotation_with_the_reencrypt_command(
 
     code, out = await asyncio.to_thread(reencrypt)
     assert code == 0, out
-    assert "2 stored, 2 re-encrypted under 'kid2', 0 already current" in out
+    assert "provider keys: 2 stored, 2 re-encrypted under 'kid2', 0 already current" in out
+    assert "http tools: 1 stored, 1 re-encrypted under 'kid2', 0 already current" in out
+    assert "mcp servers: 1 stored, 1 re-encrypted under 'kid2', 0 already current" in out
     rows = await raw_rows(database)
     assert [r["key_id"] for r in rows] == ["kid2", "kid2"]
     code, out = await asyncio.to_thread(reencrypt)  # idempotent

@@ -128,3 +128,16 @@ async def test_a_failing_source_is_reported_and_the_others_still_answer() -> Non
         Unavailable("mcp", "mcp__*", "mcp tools could not be loaded (OSError)")
     ]
     await sources.aclose()  # logs, does not raise
+
+
+async def test_a_schema_with_a_dangling_ref_refuses_calls_instead_of_crashing() -> None:
+    dangling = Named(
+        "mcp__docs__dangling",
+        parameters={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+    )
+    catalog = run_catalog(ToolRegistry(), SourcedTools(tools=[dangling]))
+    call = ToolCall(id="c", name=dangling.name, args={"a": 1})
+    problem = catalog.validation_error(dangling.name, call.args)
+    assert problem is not None and "unresolvable $ref" in problem and "/$defs/missing" in problem
+    result = await catalog.execute(ctx(), call)
+    assert not result.ok and result.error == problem

@@ -23,6 +23,7 @@ from app.api.mcp_server_schemas import (
 from app.api.routes.tools import SourcesDep
 from app.api.schemas import ErrorResponse, error_responses
 from app.tenants.crypto import Keyring, SecretsKeyError, keyring_from_settings
+from app.tenants.provider_keys import SecretsUnavailableError
 from app.tools.base import ToolError
 from app.tools.mcp import store
 from app.tools.mcp.config import NAME_PATTERN, ServerConfig, name_problem
@@ -180,7 +181,7 @@ async def put_mcp_server(
                     kept = await store.stored_secrets(
                         s, principal.tenant_id, name, _keyring(settings, needed=True)
                     )
-                except store.SecretsUnavailableError as exc:
+                except SecretsUnavailableError as exc:
                     raise ApiError(
                         422,
                         f"the stored values cannot be kept ({exc}): send them again",
@@ -204,7 +205,7 @@ async def put_mcp_server(
         )
         try:
             stored = await store.put_server(s, principal, keyring, config)
-        except store.SecretsUnavailableError as exc:
+        except SecretsUnavailableError as exc:
             raise ApiError(503, str(exc), code=SECRETS_KEY_MISSING) from None
     return info(stored)
 

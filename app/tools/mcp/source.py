@@ -28,10 +28,11 @@ from app.auth.principal import Principal
 from app.config import Settings
 from app.db.engine import Database
 from app.tenants.crypto import Keyring, SecretsKeyError, keyring_from_settings
+from app.tenants.provider_keys import SecretsUnavailableError
 from app.tools.base import ToolError
 from app.tools.mcp.config import ServerConfig
 from app.tools.mcp.connection import McpConnection
-from app.tools.mcp.store import SecretsUnavailableError, load_servers
+from app.tools.mcp.store import load_servers
 from app.tools.mcp.tools import server_tools
 from app.tools.mcp.transports import McpUnavailableError
 from app.tools.sources import SourcedTools, Unavailable

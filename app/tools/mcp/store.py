@@ -27,13 +27,8 @@ from app.auth.principal import Principal
 from app.db.models import TenantMcpServer
 from app.logging import register_secret
 from app.tenants.crypto import Keyring, Sealed, SecretsKeyError
-from app.tenants.provider_keys import ReencryptCounts
+from app.tenants.provider_keys import ReencryptCounts, SecretsUnavailableError
 from app.tools.mcp.config import ServerConfig, config_from_row
-
-
-class SecretsUnavailableError(RuntimeError):
-    """A server's header or env values cannot be sealed or opened (no SECRETS_KEY, or a key id
-    it no longer holds). The message holds no secret."""
 
 
 @dataclass(frozen=True, slots=True)
