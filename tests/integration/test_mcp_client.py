@@ -12,6 +12,7 @@ import shutil
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -325,7 +326,8 @@ async def test_stdio_server_in_the_sandbox_lists_calls_cancels_and_restarts(
         assert not failed.ok and failed.error is not None and "no" in failed.error
 
         # inside the sandbox: not root, the project's code invisible, the SDK visible read-only
-        seen = await execute(registry, database, alice, "mcp__local__exists", path="/work/main")
+        project = str(Path(__file__).parents[2] / "pyproject.toml")  # wherever the clone is
+        seen = await execute(registry, database, alice, "mcp__local__exists", path=project)
         assert seen.ok and seen.result["structured"]["exists"] is False, seen.result
         assert seen.result["structured"]["uid"] != 0
         home = await execute(registry, database, alice, "mcp__local__exists", path="/root")
