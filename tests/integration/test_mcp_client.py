@@ -7,6 +7,7 @@ list changes honoured, a server down, the sandbox and its limits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ from app.auth.principal import Principal
 from app.core.transcript import ToolCall, ToolResult
 from app.db.engine import Database
 from app.tools.base import ToolContext
+from app.tools.mcp import connection
 from app.tools.mcp.source import McpToolSource
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox import detect_isolation
@@ -385,3 +387,64 @@ async def test_stdio_servers_are_unavailable_when_disabled_or_without_a_sandbox(
         assert registry.names() == []
         [down] = sourced.unavailable
         assert down.source == "mcp:local" and down.reason.startswith(reason), down.reason
+
+
+class Blackhole:
+    """A TCP proxy in front of a server that can go silent: while `silent`, bytes are read and
+    dropped and new connections are accepted but never answered (a host gone from the network:
+    no FIN, no RST, so only a request that expects an answer finds out)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.silent = False
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Blackhole:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if not self.silent:
+                    dst.write(data)
+                    await dst.drain()
+
+        with contextlib.suppress(Exception):
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_a_server_gone_silent_is_found_by_a_ping_before_a_call(
+    toolbox: HttpToolbox,
+    database: Database,
+    alice: Principal,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = await Blackhole(toolbox.port).start()
+    source = McpToolSource(mcp_settings(mcp_connect_timeout_seconds=0.5))
+    url = f"http://127.0.0.1:{proxy.port}/mcp"
+    try:
+        await put_server(database, alice, "quiet", transport="http", url=url)
+        _, sourced = await offered(source, database, alice)
+        assert sourced.unavailable == []
+        proxy.silent = True
+        # heard from just now: the cached listing is trusted without asking
+        registry, sourced = await offered(source, database, alice)
+        assert sourced.unavailable == [] and "mcp__quiet__echo" in registry.names()
+        # silent for longer than the probe interval: a ping finds the outage
+        monkeypatch.setattr(connection, "PROBE_AFTER_SECONDS", 0.0)
+        registry, sourced = await offered(source, database, alice)
+        [down] = sourced.unavailable
+        assert down.source == "mcp:quiet" and "ping" in down.reason, down.reason
+        assert "mcp__quiet__echo" in registry.names()  # the last known tools, explained on call
+    finally:
+        await source.aclose()
+        await proxy.stop()

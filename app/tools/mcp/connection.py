@@ -12,7 +12,10 @@ holds it open until `close`. Runs' tasks call through the client concurrently.
   they arrive on the connection itself. A server that offers neither is listed again after
   `UNWATCHED_LIST_SECONDS`.
 * A connection found dead (the stdio process exited, the listen stream dropped) is reopened by
-  the next use. A call whose connection breaks while it is in flight fails with a `ToolError`
+  the next use. A cached listing is served only from a connection heard from within
+  `PROBE_AFTER_SECONDS`; a quieter one is pinged first (a server that died without closing its
+  streams, a host gone from the network), so runs and `/tools` learn of an outage before a
+  call does. A call whose connection breaks while it is in flight fails with a `ToolError`
   saying it may or may not have run; it is not repeated.
 * Cancelling a call (the run was cancelled, or its time limit passed) cancels the request: the
   SDK sends `notifications/cancelled` to the server.
@@ -48,6 +51,8 @@ RETRY_SECONDS = 5.0
 """After a failed connect, listings (each run's start, `/tools`) answer with that failure for
 this long instead of trying again; calls always try."""
 CLOSE_SECONDS = 10.0
+PROBE_AFTER_SECONDS = 15.0
+"""A connection silent this long is pinged before its cached listing is trusted."""
 CLIENT_INFO = types.Implementation(name="agent-runtime", version="0.1")
 
 
@@ -61,6 +66,8 @@ class McpConnection:
         """The last listing (kept after the connection fails: runs may still be offered it)."""
         self.last_error: str | None = None
         self.last_used = time.monotonic()
+        self.heard_at = 0.0
+        """When the server last answered (monotonic): a listing, a call, a ping."""
         self.calls = 0
         """Calls in flight (an idle connection with calls in flight is not closed)."""
         self._client: Client | None = None
@@ -114,6 +121,7 @@ class McpConnection:
             raise McpUnavailableError(reason)
         client = await self.ensure()
         if self.tools is not None and not self._stale():
+            await self._probe(client)
             return self.tools
         changes = self._changes
         listed: list[types.Tool] = []
@@ -132,7 +140,22 @@ class McpConnection:
             raise self._failed(f"listing its tools failed: {describe(exc)}") from None
         self.tools = listed
         self._listed_at = (changes, time.monotonic())
+        self.heard_at = time.monotonic()
         return listed
+
+    async def _probe(self, client: Client) -> None:
+        """Ping a server not heard from for `PROBE_AFTER_SECONDS`; `McpUnavailableError` (and
+        the connection marked broken) when it does not answer in time."""
+        if time.monotonic() - self.heard_at < PROBE_AFTER_SECONDS:
+            return
+        try:
+            async with asyncio.timeout(self.settings.mcp_connect_timeout_seconds):
+                await client.send_ping()
+        except TimeoutError:
+            raise self._failed("it did not answer a ping in time") from None
+        except Exception as exc:
+            raise self._failed(f"it did not answer a ping: {describe(exc)}") from None
+        self.heard_at = time.monotonic()
 
     async def call(self, name: str, args: dict[str, Any]) -> types.CallToolResult:
         """Call the server's tool `name`; connection trouble is a `ToolError` for the model."""
@@ -150,7 +173,7 @@ class McpConnection:
         except McpUnavailableError as exc:
             raise ToolError(f"MCP server {server!r} is unavailable: {exc}") from None
         try:
-            return await client.call_tool(name, args)
+            result = await client.call_tool(name, args)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._failed("the connection was lost")
@@ -170,6 +193,8 @@ class McpConnection:
                 f"the call to MCP server {server!r} failed ({describe(exc)}); it may or may not "
                 "have run; the next call reconnects"
             ) from None
+        self.heard_at = time.monotonic()
+        return result
 
     async def close(self) -> None:
         """Close the connection (a stdio server is stopped); the cached listing is kept."""
