@@ -24,9 +24,14 @@ from app.api.http_tool_schemas import (
     HttpToolWithSecret,
 )
 from app.api.routes.tools import CatalogDep
-from app.api.schemas import ErrorResponse, error_responses
+from app.api.schemas import error_responses
+from app.api.secret_routes import (
+    ADMIN_ONLY,
+    NO_SECRETS_KEY,
+    sealing_keyring,
+)
 from app.config import Settings
-from app.tenants.crypto import Keyring, SecretsKeyError, keyring_from_settings
+from app.tenants.crypto import Keyring
 from app.tools.base import ToolError
 from app.tools.http import store
 from app.tools.http.definition import NAME_PATTERN, HttpToolDefinition, name_problem
@@ -35,16 +40,6 @@ from app.tools.web.ssrf import AddressPolicy, check_url
 router = APIRouter(prefix="/api/agent-runtime", tags=["http tools"])
 
 NamePath = Annotated[str, Path(pattern=NAME_PATTERN, max_length=64, description="The tool's name.")]
-SECRETS_KEY_MISSING = "secrets_key_missing"
-_ADMIN_ONLY: dict[int | str, dict[str, object]] = {
-    403: {"model": ErrorResponse, "description": "`forbidden_role`: owners and admins only."}
-}
-_NO_SECRETS_KEY: dict[int | str, dict[str, object]] = {
-    503: {
-        "model": ErrorResponse,
-        "description": "`secrets_key_missing`: the deployment has no SECRETS_KEY to encrypt with.",
-    }
-}
 
 
 def info(stored: store.HttpToolInfo) -> HttpToolInfo:
@@ -75,23 +70,10 @@ def _not_found(name: str) -> ApiError:
 
 
 def _keyring(settings: Settings) -> Keyring:
-    try:
-        keyring = keyring_from_settings(settings)
-    except SecretsKeyError as exc:
-        raise ApiError(503, f"SECRETS_KEY is invalid: {exc}", code=SECRETS_KEY_MISSING) from None
-    if keyring is None:
-        raise ApiError(
-            503,
-            "this deployment cannot store HTTP tools' secrets: set SECRETS_KEY (kid:base64 of 32 "
-            "random bytes) on the API and the workers",
-            code=SECRETS_KEY_MISSING,
-        )
-    return keyring
+    return sealing_keyring(settings, "HTTP tools' secrets")
 
 
-@router.get(
-    "/http-tools", response_model=HttpToolList, responses=error_responses(401) | _ADMIN_ONLY
-)
+@router.get("/http-tools", response_model=HttpToolList, responses=error_responses(401) | ADMIN_ONLY)
 async def list_http_tools(principal: AdminPrincipal, db: DatabaseDep) -> HttpToolList:
     """The tenant's HTTP tools (header names only, never values or secrets)."""
     async with db.tenant(principal) as s:
@@ -101,7 +83,7 @@ async def list_http_tools(principal: AdminPrincipal, db: DatabaseDep) -> HttpToo
 @router.get(
     "/http-tools/{name}",
     response_model=HttpToolInfo,
-    responses=error_responses(401, 404, 422) | _ADMIN_ONLY,
+    responses=error_responses(401, 404, 422) | ADMIN_ONLY,
 )
 async def get_http_tool(principal: AdminPrincipal, db: DatabaseDep, name: NamePath) -> HttpToolInfo:
     """One of the tenant's HTTP tools."""
@@ -119,8 +101,8 @@ async def get_http_tool(principal: AdminPrincipal, db: DatabaseDep, name: NamePa
         201: {"model": HttpToolWithSecret, "description": "Created: with its signing secret."}
     }
     | error_responses(400, 401, 409, 415, 422)
-    | _ADMIN_ONLY
-    | _NO_SECRETS_KEY,
+    | ADMIN_ONLY
+    | NO_SECRETS_KEY,
 )
 async def put_http_tool(
     principal: AdminPrincipal,
@@ -178,7 +160,7 @@ async def put_http_tool(
 @router.post(
     "/http-tools/{name}/rotate-secret",
     response_model=HttpToolWithSecret,
-    responses=error_responses(401, 404, 422) | _ADMIN_ONLY | _NO_SECRETS_KEY,
+    responses=error_responses(401, 404, 422) | ADMIN_ONLY | NO_SECRETS_KEY,
 )
 async def rotate_http_tool_secret(
     principal: AdminPrincipal, db: DatabaseDep, settings: SettingsDep, name: NamePath
@@ -193,7 +175,7 @@ async def rotate_http_tool_secret(
 
 
 @router.delete(
-    "/http-tools/{name}", status_code=204, responses=error_responses(401, 404, 422) | _ADMIN_ONLY
+    "/http-tools/{name}", status_code=204, responses=error_responses(401, 404, 422) | ADMIN_ONLY
 )
 async def delete_http_tool(principal: AdminPrincipal, db: DatabaseDep, name: NamePath) -> Response:
     """Remove the tool (runs that start afterwards no longer get it)."""

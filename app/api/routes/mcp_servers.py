@@ -21,8 +21,16 @@ from app.api.mcp_server_schemas import (
     McpServerStatus,
 )
 from app.api.routes.tools import SourcesDep
-from app.api.schemas import ErrorResponse, error_responses
-from app.tenants.crypto import Keyring, SecretsKeyError, keyring_from_settings
+from app.api.schemas import error_responses
+from app.api.secret_routes import (
+    ADMIN_ONLY,
+    NO_SECRETS_KEY,
+    SECRETS_KEY_MISSING,
+    optional_keyring,
+    sealing_keyring,
+)
+from app.config import Settings
+from app.tenants.crypto import Keyring
 from app.tenants.provider_keys import SecretsUnavailableError
 from app.tools.base import ToolError
 from app.tools.mcp import store
@@ -42,17 +50,6 @@ NamePath = Annotated[
     ),
 ]
 STDIO_DISABLED = "stdio_disabled"
-SECRETS_KEY_MISSING = "secrets_key_missing"
-_ADMIN_ONLY: dict[int | str, dict[str, object]] = {
-    403: {"model": ErrorResponse, "description": "`forbidden_role`: owners and admins only."}
-}
-_NO_SECRETS_KEY: dict[int | str, dict[str, object]] = {
-    503: {
-        "model": ErrorResponse,
-        "description": "`secrets_key_missing`: header or env values given, but the deployment "
-        "has no SECRETS_KEY to encrypt them with.",
-    }
-}
 
 
 def checked_name(name: str) -> str:
@@ -92,7 +89,7 @@ def info(stored: store.ServerInfo, status: McpServerStatus | None = None) -> Mcp
 
 
 @router.get(
-    "/mcp-servers", response_model=McpServerList, responses=error_responses(401) | _ADMIN_ONLY
+    "/mcp-servers", response_model=McpServerList, responses=error_responses(401) | ADMIN_ONLY
 )
 async def list_mcp_servers(principal: AdminPrincipal, db: DatabaseDep) -> McpServerList:
     """The tenant's MCP servers (header and env names only, never their values)."""
@@ -103,7 +100,7 @@ async def list_mcp_servers(principal: AdminPrincipal, db: DatabaseDep) -> McpSer
 @router.get(
     "/mcp-servers/{name}",
     response_model=McpServerInfo,
-    responses=error_responses(401, 404) | _ADMIN_ONLY,
+    responses=error_responses(401, 404) | ADMIN_ONLY,
 )
 async def get_mcp_server(
     principal: AdminPrincipal,
@@ -138,7 +135,7 @@ async def get_mcp_server(
 @router.put(
     "/mcp-servers/{name}",
     response_model=McpServerInfo,
-    responses=error_responses(400, 401, 415, 422) | _ADMIN_ONLY | _NO_SECRETS_KEY,
+    responses=error_responses(400, 401, 415, 422) | ADMIN_ONLY | NO_SECRETS_KEY,
 )
 async def put_mcp_server(
     principal: AdminPrincipal,
@@ -211,7 +208,7 @@ async def put_mcp_server(
 
 
 @router.delete(
-    "/mcp-servers/{name}", status_code=204, responses=error_responses(401, 404) | _ADMIN_ONLY
+    "/mcp-servers/{name}", status_code=204, responses=error_responses(401, 404) | ADMIN_ONLY
 )
 async def delete_mcp_server(principal: AdminPrincipal, db: DatabaseDep, name: NamePath) -> Response:
     """Detach the server `name` (runs no longer get its tools)."""
@@ -221,17 +218,8 @@ async def delete_mcp_server(principal: AdminPrincipal, db: DatabaseDep, name: Na
     return Response(status_code=204)
 
 
-def _keyring(settings: Any, *, needed: bool) -> Keyring | None:
+def _keyring(settings: Settings, *, needed: bool) -> Keyring | None:
     """The SECRETS_KEY keyring; 503 `secrets_key_missing` when `needed` and there is none."""
-    try:
-        keyring = keyring_from_settings(settings)
-    except SecretsKeyError as exc:
-        raise ApiError(503, f"SECRETS_KEY is invalid: {exc}", code=SECRETS_KEY_MISSING) from None
-    if keyring is None and needed:
-        raise ApiError(
-            503,
-            "this deployment cannot store secret header or env values: set SECRETS_KEY "
-            "(kid:base64 of 32 random bytes) on the API and the workers",
-            code=SECRETS_KEY_MISSING,
-        )
-    return keyring
+    if needed:
+        return sealing_keyring(settings, "secret header or env values")
+    return optional_keyring(settings)

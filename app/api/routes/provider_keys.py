@@ -14,26 +14,20 @@ from fastapi import APIRouter, Path, Response
 from app.api.deps import AdminPrincipal, DatabaseDep, JsonBody, SettingsDep
 from app.api.errors import ApiError
 from app.api.provider_key_schemas import ProviderKeyBody, ProviderKeyInfo, ProviderKeyList
-from app.api.schemas import ErrorResponse, error_responses
+from app.api.schemas import error_responses
+from app.api.secret_routes import (
+    ADMIN_ONLY,
+    NO_SECRETS_KEY,
+    sealing_keyring,
+)
 from app.runtime.provider_endpoints import EndpointRefusedError, check_endpoint
 from app.tenants import provider_keys as store
-from app.tenants.crypto import SecretsKeyError, keyring_from_settings
 
 router = APIRouter(prefix="/api/agent-runtime", tags=["provider keys"])
 
 ProviderPath = Annotated[
     store.Provider, Path(description="`gemini` (gemini-* models) or `openai` (openai:<model>).")
 ]
-SECRETS_KEY_MISSING = "secrets_key_missing"
-_ADMIN_ONLY: dict[int | str, dict[str, object]] = {
-    403: {"model": ErrorResponse, "description": "`forbidden_role`: owners and admins only."}
-}
-_NO_SECRETS_KEY: dict[int | str, dict[str, object]] = {
-    503: {
-        "model": ErrorResponse,
-        "description": "`secrets_key_missing`: the deployment has no SECRETS_KEY to encrypt with.",
-    }
-}
 
 
 def info(stored: store.ProviderKeyInfo) -> ProviderKeyInfo:
@@ -48,7 +42,7 @@ def info(stored: store.ProviderKeyInfo) -> ProviderKeyInfo:
 
 
 @router.get(
-    "/provider-keys", response_model=ProviderKeyList, responses=error_responses(401) | _ADMIN_ONLY
+    "/provider-keys", response_model=ProviderKeyList, responses=error_responses(401) | ADMIN_ONLY
 )
 async def list_provider_keys(principal: AdminPrincipal, db: DatabaseDep) -> ProviderKeyList:
     """The tenant's stored provider keys (last 4 characters only)."""
@@ -59,7 +53,7 @@ async def list_provider_keys(principal: AdminPrincipal, db: DatabaseDep) -> Prov
 @router.put(
     "/provider-keys/{provider}",
     response_model=ProviderKeyInfo,
-    responses=error_responses(400, 401, 415, 422) | _ADMIN_ONLY | _NO_SECRETS_KEY,
+    responses=error_responses(400, 401, 415, 422) | ADMIN_ONLY | NO_SECRETS_KEY,
 )
 async def put_provider_key(
     principal: AdminPrincipal,
@@ -73,17 +67,7 @@ async def put_provider_key(
 
     503 `secrets_key_missing` when the deployment has no SECRETS_KEY to encrypt it with.
     """
-    try:
-        keyring = keyring_from_settings(settings)
-    except SecretsKeyError as exc:
-        raise ApiError(503, f"SECRETS_KEY is invalid: {exc}", code=SECRETS_KEY_MISSING) from None
-    if keyring is None:
-        raise ApiError(
-            503,
-            "this deployment cannot store provider keys: set SECRETS_KEY (kid:base64 of 32 "
-            "random bytes) on the API and the workers",
-            code=SECRETS_KEY_MISSING,
-        )
+    keyring = sealing_keyring(settings, "provider keys")
     base_url = body.base_url
     if base_url is not None:
         try:
@@ -96,7 +80,7 @@ async def put_provider_key(
 
 
 @router.delete(
-    "/provider-keys/{provider}", status_code=204, responses=error_responses(401, 404) | _ADMIN_ONLY
+    "/provider-keys/{provider}", status_code=204, responses=error_responses(401, 404) | ADMIN_ONLY
 )
 async def delete_provider_key(
     principal: AdminPrincipal, db: DatabaseDep, provider: ProviderPath

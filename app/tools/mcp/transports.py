@@ -42,7 +42,13 @@ from app.tools.sandbox.detect import isolation_for
 from app.tools.sandbox.isolation import Invocation, Isolation
 from app.tools.sandbox.layout import Layout, create_layout, remove_layout
 from app.tools.sandbox.limits import Limits
-from app.tools.web.ssrf import AddressPolicy, AddressRefused, check_url, resolve_checked
+from app.tools.web.ssrf import (
+    AddressPolicy,
+    AddressRefused,
+    check_url,
+    connect_checked,
+    resolve_checked,
+)
 
 STDIO_CPU_SECONDS = 3600
 """CPU seconds a stdio server's processes may use in all (RLIMIT_CPU); then it is restarted."""
@@ -71,21 +77,18 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
         """Resolve and check `host`, then connect to the first checked address that answers."""
-        addresses = await resolve_checked(host, port, self._policy)
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
+
+        async def connect(address: str) -> httpcore2.AsyncNetworkStream:
+            return await self._inner.connect_tcp(
+                address,
+                port,
+                timeout=timeout,
+                local_address=local_address,
+                socket_options=socket_options,
+            )
+
+        retriable = (httpcore2.ConnectError, httpcore2.ConnectTimeout)
+        return await connect_checked(host, port, self._policy, connect, retriable)
 
     async def connect_unix_socket(
         self,

@@ -25,9 +25,10 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import TypeVar
 
 import httpcore
 import httpx
@@ -37,6 +38,7 @@ from app.tools.base import ToolError
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
+T = TypeVar("T")
 
 
 class AddressRefused(ToolError):
@@ -263,6 +265,26 @@ async def resolve_checked(host: str, port: int, policy: AddressPolicy) -> list[I
     return addresses
 
 
+async def connect_checked(
+    host: str,
+    port: int,
+    policy: AddressPolicy,
+    connect: Callable[[str], Awaitable[T]],
+    retriable: tuple[type[Exception], ...],
+) -> T:
+    """`connect(address)` to the first of `host`'s checked addresses that answers (the others
+    are tried on a `retriable` failure); what every guarded network backend does."""
+    addresses = await resolve_checked(host, port, policy)
+    failure: Exception | None = None
+    for address in addresses:
+        try:
+            return await connect(str(address))
+        except retriable as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
+
+
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """An httpcore network backend that connects only to checked addresses (see module doc)."""
 
@@ -281,21 +303,18 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         """Resolve and check `host`, then connect to the first checked address that answers."""
-        addresses = await resolve_checked(host, port, self._policy)
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
+
+        async def connect(address: str) -> httpcore.AsyncNetworkStream:
+            return await self._inner.connect_tcp(
+                address,
+                port,
+                timeout=timeout,
+                local_address=local_address,
+                socket_options=socket_options,
+            )
+
+        retriable = (httpcore.ConnectError, httpcore.ConnectTimeout)
+        return await connect_checked(host, port, self._policy, connect, retriable)
 
     async def connect_unix_socket(
         self,
