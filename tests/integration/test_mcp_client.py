@@ -37,6 +37,7 @@ from tests.integration.mcp_support import (
 )
 
 SETTINGS = mcp_settings()
+STDIO_SECRET = "stdio-secret-7731-env"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,18 @@ async def test_http_tools_are_listed_namespaced_with_schemas_risk_and_called(
     tools = {t.name: t for t in registry.tools()}
     assert set(tools) == {
         f"mcp__box__{n}"
-        for n in ("echo", "add", "explode", "slow", "grow", "history", "header", "exists", "crash")
+        for n in (
+            "echo",
+            "add",
+            "explode",
+            "slow",
+            "grow",
+            "history",
+            "header",
+            "exists",
+            "env",
+            "crash",
+        )
     }
     add, echo = tools["mcp__box__add"], tools["mcp__box__echo"]
     assert add.parameters["type"] == "object" and set(add.parameters["required"]) == {"a", "b"}
@@ -298,17 +310,22 @@ async def test_a_server_that_never_answers_times_out_and_is_not_retried_at_once(
         silent.close()
 
 
-def sandboxed_processes() -> list[int]:
+def cmdlines_with(needle: bytes) -> list[int]:
+    """The processes whose command line contains `needle`."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if TOOLBOX.encode() in f.read():
+                    if needle in f.read():
                         found.append(int(pid))
             except OSError:
                 continue
     return found
+
+
+def sandboxed_processes() -> list[int]:
+    return cmdlines_with(TOOLBOX.encode())
 
 
 async def test_stdio_server_in_the_sandbox_lists_calls_cancels_and_restarts(
@@ -317,7 +334,9 @@ async def test_stdio_server_in_the_sandbox_lists_calls_cancels_and_restarts(
     bubblewrap_required()
     source = McpToolSource(SETTINGS)
     try:
-        await put_server(database, alice, "local", **stdio_config(tool_risk={"echo": "medium"}))
+        config = stdio_config(tool_risk={"echo": "medium"})
+        config["env"] = {**config["env"], "TOOLBOX_TOKEN": STDIO_SECRET}
+        await put_server(database, alice, "local", **config)
         registry, sourced = await offered(source, database, alice)
         assert sourced.unavailable == [], sourced.unavailable
         assert {"mcp__local__echo", "mcp__local__slow"} <= set(registry.names())
@@ -326,6 +345,14 @@ async def test_stdio_server_in_the_sandbox_lists_calls_cancels_and_restarts(
         assert echo.ok and echo.result["text"] == "from stdio"
         failed = await execute(registry, database, alice, "mcp__local__explode", message="no")
         assert not failed.ok and failed.error is not None and "no" in failed.error
+
+        # its env values (secrets) reach it, but not through any process's command line,
+        # which every user of the host can read (only its environment, which only its user can)
+        token = await execute(registry, database, alice, "mcp__local__env", name="TOOLBOX_TOKEN")
+        assert token.ok and token.result["text"] == STDIO_SECRET
+        assert not [pid for pid in cmdlines_with(STDIO_SECRET.encode()) if pid != os.getpid()]
+        base = await execute(registry, database, alice, "mcp__local__env", name="HOME")
+        assert base.ok and base.result["text"] != os.environ.get("HOME")  # the host's is unset
 
         # inside the sandbox: not root, the project's code invisible, the SDK visible read-only
         project = str(Path(__file__).parents[2] / "pyproject.toml")  # wherever the clone is

@@ -111,7 +111,7 @@ async def test_attach_list_show_replace_delete_never_showing_secrets(
     assert one.status_code == 200 and one.json()["status"] == {
         "connected": True,
         "lastError": None,
-        "toolCount": 9,
+        "toolCount": 10,
     }
     # replaced without resending the headers: they are kept (the server still gets them)
     r = await put(api, "box", {"transport": "http", "url": toolbox.url, "risk": "low"})

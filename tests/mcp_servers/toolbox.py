@@ -1,7 +1,7 @@
 """A small MCP server for the client tests: echo, add, a failing tool, a slow one that notes its
 cancellation, one that adds a tool and announces the list change, `history` (what happened, so
 a test can see a stdio server's side), `header` (an HTTP request header it received), `exists`
-(whether a path is visible: the sandbox test) and `crash` (the process exits: stdio only).
+(whether a path is visible: the sandbox test), `env` (a variable's value) and `crash` (the process exits: stdio only).
 
 Run over stdio with `python toolbox.py`; imported, `build_toolbox(events)` returns the server and
 appends what happened to `events`.
@@ -77,6 +77,11 @@ def build_toolbox(events: list[str]) -> MCPServer:
     def exists(path: str) -> dict[str, Any]:
         """Whether `path` exists here, and the uid this server runs as."""
         return {"exists": os.path.exists(path), "uid": os.getuid()}
+
+    @server.tool()
+    def env(name: str) -> str:
+        """The value of environment variable `name` here ("" when unset)."""
+        return os.environ.get(name, "")
 
     @server.tool()
     def crash() -> str:

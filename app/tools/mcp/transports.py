@@ -15,8 +15,9 @@ code sandbox.
   of the configured `env` only. MCP_STDIO_READONLY_PATHS are mounted read-only at the same path
   (where the servers' programs live). It is a long-lived process: its CPU limit is
   `STDIO_CPU_SECONDS`, not the per-call wall clock. Its stderr goes to a file in its directory,
-  whose tail explains a server that would not start. The env values are passed on bwrap's
-  command line (visible to the host's process list, not to other sandboxes).
+  whose tail explains a server that would not start. The env values (secrets) are passed in
+  bwrap's own environment, not on its command line, which the host's process list shows to
+  every user (`with_private_env`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import httpcore2
 import httpx2
 from mcp.client._transport import TransportStreams
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.config import Settings
@@ -194,7 +195,30 @@ def stdio_parameters(
         env=dict(config.env),
     )
     argv = with_readonly_binds(inv, settings.mcp_stdio_readonly_paths, isolation)
-    return StdioServerParameters(command=argv[0], args=argv[1:], env=inv.env, cwd=inv.cwd)
+    env = inv.env
+    if isolation.kind == "bubblewrap" and config.env:
+        # the values are secrets: through bwrap's own environment, not its command line
+        inherited = get_default_environment() | inv.env
+        argv = with_private_env(argv, set(inherited), dict(config.env))
+        env = inv.env | dict(config.env)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=inv.cwd)
+
+
+def with_private_env(argv: list[str], inherited: set[str], private: dict[str, str]) -> list[str]:
+    """bwrap's `argv` passing `private` on through bwrap's environment (which only the same user
+    may read, in `/proc/<pid>/environ`) instead of `--setenv` arguments (which every user sees
+    in the host's process list): `--clearenv` becomes `--unsetenv` of every other variable bwrap
+    inherits (`inherited`), and `--setenv` of a private name is dropped."""
+    at = argv.index("--clearenv")
+    out = argv[:at]
+    for name in sorted(inherited - private.keys()):
+        out += ["--unsetenv", name]
+    at += 1
+    while argv[at] == "--setenv":  # the --setenv triples follow --clearenv, up to "--"
+        if argv[at + 1] not in private:
+            out += argv[at : at + 3]
+        at += 3
+    return out + argv[at:]
 
 
 def with_readonly_binds(inv: Invocation, paths: list[str], isolation: Isolation) -> list[str]:
