@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.browser_support import chromium_context, save_screenshot
 from tests.e2e.conftest import Stack, stack_per_user
@@ -166,6 +166,19 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
     remember(stack, "A shared fact.")
 
     p = wb.page
+    # what `/tools` says of a tenant source that is down (the API side is tested in
+    # tests/integration/test_mcp_client.py): the panel shows it as it comes
+    down = {
+        "source": "mcp:docs",
+        "tools": "mcp__docs__*",
+        "reason": "cannot connect: ConnectError: All connection attempts failed",
+    }
+
+    def with_unavailable(route: Route) -> None:
+        answer = route.fetch()
+        route.fulfill(response=answer, json={**answer.json(), "unavailable": [down]})
+
+    p.route("**/api/agent-runtime/tools*", with_unavailable)
     picker = p.get_by_role("combobox", name="Agent", exact=True)
     p.reload()  # the picker lists agents at load
     expect(p.locator("body[data-ready=true]")).to_be_attached()
@@ -188,8 +201,12 @@ def test_agent_picker_tools_and_new_plan_agent(stack: Stack, wb: Workbench) -> N
         panel.locator(".tool-list.allowed [data-tool=read_file] .tool-policy-approval").count() == 0
     )
     expect(write.locator(".risk")).to_be_visible()
+    gone = panel.locator(".tool-list.unavailable [data-source='mcp:docs']")
+    expect(gone.locator(".tool-policy-name")).to_have_text("mcp__docs__*")
+    expect(gone.locator(".tool-policy-reason")).to_have_text(down["reason"])
     SHOTS.mkdir(parents=True, exist_ok=True)
     save_screenshot(p, "workbench-agent.png", full_page=True)
+    p.unroute("**/api/agent-runtime/tools*")
 
     # the memory panel follows the picked agent: only its entries
     p.get_by_role("tab", name="Memory").click()

@@ -144,6 +144,27 @@ export class Agents {
     this.tools.replaceChildren(heading, summary,
       this.toolList(`May use (${page.allowed.length})`, page.allowed, "allowed"),
       this.toolList(`Denied (${page.denied.length})`, page.denied, "denied"));
+    const unavailable = page.unavailable || [];
+    if (unavailable.length) this.tools.appendChild(this.unavailableList(unavailable));
+  }
+
+  /** The tenant's tools (MCP servers, HTTP tools) that cannot be offered now, and why. */
+  unavailableList(entries) {
+    const section = el("details", { class: "tool-list unavailable" });
+    section.open = true;
+    section.appendChild(el("summary", { text: `Unavailable now (${entries.length})` }));
+    const list = el("ul");
+    for (const entry of entries) {
+      const item = el("li", { class: "tool-policy" });
+      item.dataset.source = entry.source;
+      const head = el("div", { class: "tool-policy-head" });
+      head.append(el("code", { class: "tool-policy-name", text: entry.tools }),
+        el("span", { class: "badge", text: entry.source }));
+      item.append(head, el("p", { class: "tool-policy-reason", text: entry.reason }));
+      list.appendChild(item);
+    }
+    section.appendChild(list);
+    return section;
   }
 
   toolList(title, tools, kind) {
@@ -158,6 +179,9 @@ export class Agents {
       head.append(el("code", { class: "tool-policy-name", text: tool.name }),
         el("span", { class: `risk risk-${tool.risk}`, text: `${tool.risk} risk` }));
       if (tool.ownerOnly) head.appendChild(el("span", { class: "badge", text: "owner only" }));
+      if (tool.source && tool.source !== "built-in") {
+        head.appendChild(el("span", { class: "badge", text: tool.source }));
+      }
       item.append(head, el("p", { class: "tool-policy-reason", text: tool.reason }));
       if (tool.approval) {
         item.classList.add("gated");
