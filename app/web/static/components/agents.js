@@ -150,10 +150,7 @@ export class Agents {
 
   /** The tenant's tools (MCP servers, HTTP tools) that cannot be offered now, and why. */
   unavailableList(entries) {
-    const section = el("details", { class: "tool-list unavailable" });
-    section.open = true;
-    section.appendChild(el("summary", { text: `Unavailable now (${entries.length})` }));
-    const list = el("ul");
+    const [section, list] = openList(`Unavailable now (${entries.length})`, "unavailable");
     for (const entry of entries) {
       const item = el("li", { class: "tool-policy" });
       item.dataset.source = entry.source;
@@ -168,10 +165,7 @@ export class Agents {
   }
 
   toolList(title, tools, kind) {
-    const section = el("details", { class: `tool-list ${kind}` });
-    section.open = true;
-    section.appendChild(el("summary", { text: title }));
-    const list = el("ul");
+    const [section, list] = openList(title, kind);
     for (const tool of tools) {
       const item = el("li", { class: "tool-policy" });
       item.dataset.tool = tool.name;
@@ -252,4 +246,13 @@ export class Agents {
     wrap.appendChild(form);
     return wrap;
   }
+}
+
+/** An open, titled list section of the tools panel (`kind`: allowed, denied, unavailable); the
+ * caller fills `list` and appends it to `section`. */
+function openList(title, kind) {
+  const section = el("details", { class: `tool-list ${kind}` });
+  section.open = true;
+  section.appendChild(el("summary", { text: title }));
+  return [section, el("ul")];
 }
