@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.integration.raw_http import read_request
+
 HOST = "127.0.0.1"
 ALLOW_RECEIVER = ["127.0.0.1/32"]
 
@@ -78,15 +80,7 @@ class Receiver:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-            line, *lines = head.split("\r\n")
-            method, target, _ = line.split(" ", 2)
-            headers = {}
-            for item in lines:
-                if ":" in item:
-                    key, value = item.split(":", 1)
-                    headers[key.strip().lower()] = value.strip()
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            method, target, headers, body = await read_request(reader)
             request = Received(method, target, headers, body)
             self.received.append(request)
             reply = self.replies.get(request.path, Reply(b"no such path", 404, "text/plain"))

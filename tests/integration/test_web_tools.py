@@ -33,6 +33,7 @@ from app.tools.web import ssrf
 from app.tools.web.fetch import FetchLimits, fetch_url
 from app.tools.web.ssrf import AddressPolicy
 from app.tools.web.tools import web_tools
+from tests.integration.raw_http import read_request
 
 TARGET_HOST = "127.0.0.2"
 ALLOW_TARGET = {"web_allowed_networks": [f"{TARGET_HOST}/32"]}
@@ -83,15 +84,7 @@ class Server:
         assert task is not None
         self.tasks.add(task)
         try:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-            line, *lines = head.split("\r\n")
-            method, path, _ = line.split(" ", 2)
-            headers = {}
-            for item in lines:
-                if ":" in item:
-                    key, value = item.split(":", 1)
-                    headers[key.strip().lower()] = value.strip()
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            method, path, headers, body = await read_request(reader)
             request = Request(method, path, headers, body)
             self.requests.append(request)
             handler = self.routes.get(urlsplit(path).path, not_found)
