@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.events import RunEvent, event_data, stored_event
+from app.core.events import RunEvent, event_data_json, stored_event
 from app.db.models import Run
 from app.db.models import RunEvent as RunEventRow
 from app.queue.sql import query
@@ -26,22 +26,20 @@ async def insert_events(
     last_seq: int,
     events: Sequence[RunEvent],
 ) -> None:
-    """Insert `events` numbered so that the last one gets `last_seq` (seqs reserved by the caller)."""
+    """Insert `events` numbered so that the last one gets `last_seq` (seqs reserved by the caller),
+    in one statement (one NOTIFY: migration 0021)."""
     if not events:
         return
     first = last_seq - len(events) + 1
     await session.execute(
-        insert(RunEventRow),
-        [
-            {
-                "tenant_id": tenant_id,
-                "run_id": run_id,
-                "seq": first + i,
-                "type": event.type,
-                "data": event_data(event),
-            }
-            for i, event in enumerate(events)
-        ],
+        query("insert_events"),
+        {
+            "tenant_id": tenant_id,
+            "run_id": run_id,
+            "first_seq": first,
+            "types": [event.type for event in events],
+            "data": [event_data_json(event) for event in events],
+        },
     )
 
 

@@ -10,10 +10,16 @@ The queue owns the lease, not the rows features write under it: the transcript, 
 compactions, approvals and usage are written by their own modules (`app.runtime.*`), each inside
 `LeasedRun.write`, which hands them the open transaction (`FencedWrite`) and appends the events
 given to it in the same transaction, after the body (so the body may still fill them in).
+
+Writes that may wait a little (text deltas, state changes: `defer`) are stored by the run's next
+`write`, first, or within `coalesce.FLUSH_SECONDS` by the worker's flusher together with other
+runs' (`app.queue.coalesce`). A run's writes take turns (`write_lock`), so its event seqs follow
+the order in which it stored or deferred them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -35,6 +41,7 @@ from app.core.events import (
 from app.core.failpoints import CHILD_FINISH_AFTER_COMMIT, CHILD_FINISH_BEFORE_COMMIT, failpoint
 from app.db.engine import Database
 from app.observability import metrics
+from app.queue.coalesce import flusher_for
 from app.queue.event_log import insert_events
 from app.queue.manager import ClaimedRun
 from app.queue.run_audit import run_failed
@@ -54,6 +61,12 @@ class FencedWrite:
     cancel_requested: bool
     run: ClaimedRun
     worker_id: str
+    last_seq: int = 0
+    """The last event seq the fence reserved."""
+
+
+RowWrites = Callable[[FencedWrite], Awaitable[None]]
+"""Rows written in a fenced transaction (given its open `FencedWrite`)."""
 
 
 class LeasedRun:
@@ -63,46 +76,129 @@ class LeasedRun:
         self.db = db
         self.run = claimed
         self.worker_id = worker_id
+        self.write_lock = asyncio.Lock()
+        """Held by the transaction writing for this run (its own `write` or the flusher)."""
+        self._writer: asyncio.Task[object] | None = None
+        self._deferred: list[tuple[list[RunEvent], RowWrites | None]] = []
+        self._storing: list[tuple[list[RunEvent], RowWrites | None]] = []
+        self._lost = False
+
+    def defer(self, events: Sequence[RunEvent] = (), rows: RowWrites | None = None) -> None:
+        """Store `events` (and `rows`) with the run's next write, or within the flusher's
+        interval (`app.queue.coalesce`), whichever comes first; in the order deferred."""
+        if self._lost:
+            raise LeaseLostError(f"lease on run {self.run.id} lost")
+        self._deferred.append((list(events), rows))
+        flusher_for(self.db).schedule(self)
+
+    def has_deferred(self) -> bool:
+        """Whether writes are deferred and not stored yet."""
+        return bool(self._deferred)
+
+    async def store_deferred(self, s: AsyncSession) -> None:
+        """Store the deferred writes in the open tenant transaction `s` (the flusher's; the
+        caller holds `write_lock`). Kept until `deferred_stored` or `restore_deferred`."""
+        self._storing, self._deferred = self._deferred, []
+        events = [e for deferred, _ in self._storing for e in deferred]
+        w = await self._fence(s, len(events))
+        if w is None:  # its own next write raises LeaseLostError
+            self._lost = True
+            self._storing = []
+            return
+        for _, rows in self._storing:
+            if rows is not None:
+                await rows(w)
+        await self._append(s, events, w.last_seq, len(events))
+
+    def deferred_stored(self) -> None:
+        """The transaction that stored the deferred writes committed."""
+        self._storing = []
+
+    def restore_deferred(self) -> None:
+        """The transaction that stored the deferred writes failed: they are deferred again."""
+        self._deferred[:0] = self._storing
+        self._storing = []
 
     @asynccontextmanager
     async def write(self, events: Sequence[RunEvent] = ()) -> AsyncIterator[FencedWrite]:
         """A fenced tenant transaction; `events` are appended in it, after the body succeeds.
+        Deferred writes of the run are stored first, in the same transaction.
 
         The body may add to `events` (a list) when it only learns inside the transaction what
         happened (e.g. how many inbox messages it delivered): their seqs are reserved then, right
         after the ones reserved by the fence (the run row stays locked, so they follow on)."""
-        reserved = len(events)
+        me = asyncio.current_task()
+        if self._writer is not None and self._writer is me:
+            # A write inside one of this run's writes: a transaction of its own, as it always was.
+            async with self._write(events, []) as w:
+                yield w
+            return
+        async with self.write_lock:
+            self._writer = me
+            pending, self._deferred = self._deferred, []
+            try:
+                async with self._write(events, pending) as w:
+                    yield w
+            except BaseException as exc:
+                if not isinstance(exc, LeaseLostError):
+                    self._deferred[:0] = pending
+                raise
+            finally:
+                self._writer = None
+                if self._deferred:  # deferred meanwhile (by a concurrent task of the run)
+                    flusher_for(self.db).schedule(self)
+
+    @asynccontextmanager
+    async def _write(
+        self,
+        events: Sequence[RunEvent],
+        pending: list[tuple[list[RunEvent], RowWrites | None]],
+    ) -> AsyncIterator[FencedWrite]:
+        earlier = [e for deferred, _ in pending for e in deferred]
+        reserved = len(earlier) + len(events)
         async with self.db.tenant(self.run.principal) as s:
-            row = (
-                await s.execute(
-                    query("fence_and_allocate"),
-                    {
-                        "run_id": self.run.id,
-                        "worker_id": self.worker_id,
-                        "attempt": self.run.attempt,
-                        "n": len(events),
-                    },
-                )
-            ).one_or_none()
-            if row is None:
+            w = await self._fence(s, reserved)
+            if w is None:
+                self._lost = True
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
-            yield FencedWrite(
-                session=s,
-                cancel_requested=row.cancel_requested,
-                run=self.run,
-                worker_id=self.worker_id,
+            for _, rows in pending:
+                if rows is not None:
+                    await rows(w)
+            yield w
+            all_events = [*earlier, *events]
+            await self._append(s, all_events, w.last_seq, reserved)
+
+    async def _fence(self, s: AsyncSession, n: int) -> FencedWrite | None:
+        row = (
+            await s.execute(
+                query("fence_and_allocate"),
+                {
+                    "run_id": self.run.id,
+                    "worker_id": self.worker_id,
+                    "attempt": self.run.attempt,
+                    "n": n,
+                },
             )
-            last_seq = row.last_event_seq
-            if len(events) > reserved:
-                extra = {"run_id": self.run.id, "n": len(events) - reserved}
-                last_seq = (await s.execute(query("allocate_seq"), extra)).one().last_event_seq
-            await insert_events(
-                s,
-                run_id=self.run.id,
-                tenant_id=self.run.tenant_id,
-                last_seq=last_seq,
-                events=events,
-            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return FencedWrite(
+            session=s,
+            cancel_requested=row.cancel_requested,
+            run=self.run,
+            worker_id=self.worker_id,
+            last_seq=row.last_event_seq,
+        )
+
+    async def _append(
+        self, s: AsyncSession, events: Sequence[RunEvent], last_seq: int, reserved: int
+    ) -> None:
+        if len(events) > reserved:
+            extra = {"run_id": self.run.id, "n": len(events) - reserved}
+            last_seq = (await s.execute(query("allocate_seq"), extra)).one().last_event_seq
+        await insert_events(
+            s, run_id=self.run.id, tenant_id=self.run.tenant_id, last_seq=last_seq, events=events
+        )
 
     async def emit(self, event: RunEvent) -> bool:
         """Store one event; returns whether a cancel has been requested."""

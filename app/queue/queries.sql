@@ -121,10 +121,19 @@ WHERE status = 'queued' AND not_before > now();
 
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
-UPDATE agent_run_queue
+-- Rows are locked in id order, as the flusher of deferred writes fences them (app.queue.coalesce),
+-- so the two never deadlock.
+WITH held AS (
+  SELECT id FROM agent_run_queue
+  WHERE lease_owner = :worker_id AND status = 'running' AND id = ANY(:run_ids)
+  ORDER BY id
+  FOR UPDATE
+)
+UPDATE agent_run_queue r
 SET lease_expires_at = now() + make_interval(secs => :lease_seconds)
-WHERE lease_owner = :worker_id AND status = 'running' AND id = ANY(:run_ids)
-RETURNING id, cancel_requested_at IS NOT NULL AS cancel_requested;
+FROM held
+WHERE r.id = held.id
+RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: recover_expired
 -- Runs whose worker stopped renewing go back to the head of their lane (their queue_seq is
@@ -159,6 +168,12 @@ UPDATE agent_run_queue
 SET last_event_seq = last_event_seq + :n
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
 RETURNING last_event_seq, cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: insert_events
+-- A run's events, numbered from :first_seq on, in one statement (arrays of types and JSON data).
+INSERT INTO run_events (tenant_id, run_id, seq, type, data)
+SELECT :tenant_id, :run_id, :first_seq + e.ord - 1, e.type, e.data::jsonb
+FROM unnest(CAST(:types AS text[]), CAST(:data AS text[])) WITH ORDINALITY AS e(type, data, ord);
 
 -- name: allocate_seq
 -- Reserve :n event sequence numbers of a run without a lease (API-side events).

@@ -139,7 +139,12 @@ async def within_deadline(state: RunState, work: Callable[[], Awaitable[T]]) -> 
 
 
 async def check_tenant_budget(state: RunState) -> None:
-    """Fail the run (`quota_exceeded`) if its tenant has used up its model tokens of the day."""
+    """Fail the run (`quota_exceeded`) if its tenant has used up its model tokens of the day.
+
+    The first call's check is made in the run's preparation (`state.budget_checked`)."""
+    if state.budget_checked:
+        state.budget_checked = False
+        return
     defaults = QuotaDefaults.from_settings(state.settings)
     leased = state.leased
     async with leased.db.tenant(leased.run.principal) as s:

@@ -2,10 +2,12 @@
 
 Phases, each in its own module and each storing what it did before the next starts:
 
-1. preparation (`prepare_run`, here): the agent's settings and limits, the model's context
-   window, the session's latest compaction summary and the transcript after it, the run's clock
-   (time since it first started, tokens used); the run's user message is appended once per run,
-   not per attempt;
+1. preparation (`prepare_run`, here), all read in one transaction: the tenant's provider keys,
+   the run's tools (policy, the tenant's tool sources), the agent's settings and limits, the
+   model's context window, the session's latest compaction summary and the transcript after it,
+   the run's clock (time since it first started, tokens used) and the tenant's token quota for
+   the first call; the run's user message is appended once per run, not per attempt (with the
+   run's next write: `LeasedRun.defer`);
 2. resumption check (`RunState`): a stored final answer finishes the run; pending tool calls of
    the latest assistant message are executed before the model is called again;
 3. chat mode (`conversation.converse`): model turns (`model_turn.run_model_turn`: context,
@@ -27,6 +29,8 @@ the run) always propagates from here.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import structlog
 from pydantic import ValidationError
 
@@ -36,13 +40,14 @@ from app.core.transcript import UserMessage
 from app.db.models import Agent
 from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
-from app.queue.lease import LeasedRun
+from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.runtime.agent_settings import AgentSettings
 from app.runtime.compaction_store import session_context
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.inbox import follow_up_source, sender_source
 from app.runtime.limits import (
+    check_tenant_budget,
     check_tokens,
     deadline_after,
     hard_deadline_first,
@@ -53,7 +58,7 @@ from app.runtime.model_fallback import start_models
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, RunFailed, RunState
 from app.runtime.tenant_models import TenantModels
-from app.runtime.transcript_store import append_messages, load_transcript
+from app.runtime.transcript_store import insert_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
 
 log = structlog.get_logger(__name__)
@@ -67,20 +72,28 @@ async def execute_run(
     *,
     settings: Settings,
     models: ModelRegistry | TenantModels | None = None,
-    tools: ToolRegistry | None = None,
+    tools: ToolRegistry | Callable[[], Awaitable[ToolRegistry]] | None = None,
 ) -> None:
     """Run the agent loop for `leased` to its end and finish the run completed or failed.
 
     `models`: a fixed registry, or `TenantModels` (the default) to use the run's tenant's own
-    provider keys where it stores them (`tenant_models`).
+    provider keys where it stores them (`tenant_models`). `tools`: the run's tools, or how to
+    find them (read in the preparation's transaction).
     """
     models = models if models is not None else TenantModels(settings)
-    tools = tools if tools is not None else default_tool_registry(settings)
     log_ = log.bind(run_id=str(leased.run.id), attempt=leased.run.attempt)
     state: RunState | None = None
     try:
-        registry = await models.for_run(leased) if isinstance(models, TenantModels) else models
-        state = await prepare_run(leased, settings=settings, tools=tools)
+        # One transaction for every read of the preparation (`Database.sharing`).
+        async with leased.db.sharing(leased.run.principal):
+            registry = await models.for_run(leased) if isinstance(models, TenantModels) else models
+            if tools is None:
+                tools = default_tool_registry(settings)
+            elif not isinstance(tools, ToolRegistry):
+                tools = await tools()
+            state = await prepare_run(leased, settings=settings, tools=tools)
+            await check_tenant_budget(state)  # for the first model call
+            state.budget_checked = True
         answer = await drive_in_time(state, registry)
     except ModelError as exc:
         failure = RunFailed(exc.code, exc.message)
@@ -158,8 +171,15 @@ async def drive(state: RunState, models: ModelRegistry) -> str:
             text=str(run_input.get("message", "")),
             source=follow_up_source(run_input) or sender_source(run_input),
         )
-        await append_messages(state.leased, [question])
+        state.leased.defer(rows=_append_question(question))  # with the next write
         state.record(question)
     if plan_mode:
         return await drive_plan(state)
     return (await converse(state)).text
+
+
+def _append_question(question: UserMessage) -> RowWrites:
+    async def rows(w: FencedWrite) -> None:
+        await insert_messages(w, [question])
+
+    return rows

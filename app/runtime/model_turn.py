@@ -1,11 +1,13 @@
 """The model-turn phase: one streamed model call, persisted.
 
 Text chunks are stored as `assistant.delta` events as they arrive (reasoning as
-`thinking.delta`, retries of the call as `model.retry`); the complete assistant message (text and
+`thinking.delta`, retries of the call as `model.retry`), coalesced: deferred to the run's next
+write or the worker's next flush, a few tens of milliseconds later (`app.queue.coalesce`), so a
+streamed answer costs a commit per flush interval, not per chunk; the complete assistant message (text and
 tool calls) is appended to the transcript together with its `assistant.message` event (and any
-events the caller derives from the message, e.g. a plan step's outcome) in one transaction; then
-the call's token usage is added to the run with a `usage` event and checked against the run's
-token budget. When the provider restarts its answer (`StreamReset`) the partial turn is dropped
+events the caller derives from the message, e.g. a plan step's outcome) and the call's token
+usage (added to the run with a `usage` event) in one transaction; then the usage is checked
+against the run's token budget. When the provider restarts its answer (`StreamReset`) the partial turn is dropped
 and `assistant.reset` tells clients to drop its deltas too. A `ModelError` propagates (nothing of
 the failed turn is stored but the deltas already streamed).
 
@@ -54,8 +56,8 @@ from app.runtime.compaction import PreparedContext, prepare_context
 from app.runtime.limits import check_tenant_budget
 from app.runtime.model_fallback import fall_back, with_fallback
 from app.runtime.run_state import RunFailed, RunState
-from app.runtime.transcript_store import append_messages
-from app.runtime.usage import record_usage
+from app.runtime.transcript_store import insert_messages
+from app.runtime.usage import usage_stored, usage_write
 
 ExtraEvents = Callable[[AssistantMessage], Sequence[RunEvent]]
 """Events to store together with a turn's message, derived from it."""
@@ -91,9 +93,15 @@ async def run_model_turn(
     ]
     if extra_events is not None:
         events.extend(extra_events(message))
-    await append_messages(state.leased, [message], events=events)
+    usage = usage_write(state, turn.usage, context_estimate=context.estimate)
+    if usage is not None:
+        events.append(usage.event)
+    async with state.leased.write(events) as w:
+        await insert_messages(w, [message])
+        if usage is not None:
+            await usage.rows(w)
     state.record(message)
-    await record_usage(state, turn.usage, context_estimate=context.estimate)
+    usage_stored(state, turn.usage, context_estimate=context.estimate)
     return message
 
 
@@ -162,20 +170,20 @@ async def _stream(state: RunState, request: ModelRequest, *, stream_text: bool) 
                         await state.transition(RESPONDING)
                     turn.text.append(event.text)
                     if stream_text:
-                        await state.leased.emit(AssistantDeltaEvent(text=event.text))
+                        state.leased.defer([AssistantDeltaEvent(text=event.text)])
                         shown = True
                 elif isinstance(event, ToolCallEvent):
                     turn.calls.append(event.call)
                 elif isinstance(event, Usage):
                     turn.usage = event
                 elif isinstance(event, ThinkingDelta) and event.text:
-                    await state.leased.emit(ThinkingDeltaEvent(text=event.text))
+                    state.leased.defer([ThinkingDeltaEvent(text=event.text)])
                     shown = True
                 elif isinstance(event, RetryNotice):
-                    await state.leased.emit(event.event())
+                    state.leased.defer([event.event()])
                 elif isinstance(event, StreamReset):
                     turn, shown = Turn(), False
-                    await state.leased.emit(AssistantResetEvent())
+                    state.leased.defer([AssistantResetEvent()])
                     if stream_text:
                         await state.transition(THINKING)
     except ModelError as exc:

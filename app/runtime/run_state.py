@@ -24,7 +24,7 @@ from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult
 from app.db.models import Run
 from app.llm.base import Model
 from app.llm.chain import ModelChain
-from app.queue.lease import LeasedRun
+from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary
 from app.runtime.transcript_store import Entry
@@ -114,6 +114,8 @@ class RunState:
     """Transcript rows up to this seq were already offered for a memory flush."""
     skipped_calls: int = 0
     """Tool calls this attempt skipped for a user's steering message, not yet told of."""
+    budget_checked: bool = False
+    """The tenant's token quota was checked for the next model call already (preparation)."""
 
     @property
     def run_id(self) -> UUID:
@@ -166,13 +168,20 @@ class RunState:
 
 
 async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
-    """Check `current → to`, then set the run's `state` and store `state.changed` atomically."""
+    """Check `current → to`, then set the run's `state` and store `state.changed` atomically,
+    with the run's next write (deferred: `LeasedRun.defer`)."""
     check_transition(current, to)
-    async with leased.write([StateChangedEvent(from_=current, to=to)]) as w:
-        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=to))
+    leased.defer([StateChangedEvent(from_=current, to=to)], _set_state(leased, to))
 
 
 async def set_loop_state(leased: LeasedRun, state: str | None) -> None:
-    """Record the loop's current state (shown in /status) without an event or a check."""
+    """Record the loop's current state (shown in /status) now, without an event or a check."""
     async with leased.write() as w:
+        await _set_state(leased, state)(w)
+
+
+def _set_state(leased: LeasedRun, state: str | None) -> RowWrites:
+    async def rows(w: FencedWrite) -> None:
         await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=state))
+
+    return rows

@@ -354,7 +354,7 @@ class Worker:
                 await self._give_up(leased)
                 return
             started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
-            await leased.emit(started(attempt=run.attempt, worker_id=self.worker_id))
+            leased.defer([started(attempt=run.attempt, worker_id=self.worker_id)])
             inner = asyncio.create_task(self._execute_until_parked(leased), name=f"loop-{run.id}")
             stopper = asyncio.create_task(active.stopped.wait())
             done, _ = await asyncio.wait({inner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -503,7 +503,9 @@ class AgentExecutor:
         self.sources = sources if sources is not None else default_tool_sources(settings)
 
     async def __call__(self, leased: LeasedRun) -> None:
-        allowed = await tools_for_run(leased.db, leased.run, self.catalog, self.sources)
+        async def allowed() -> ToolRegistry:
+            return await tools_for_run(leased.db, leased.run, self.catalog, self.sources)
+
         await execute_run(leased, settings=self.settings, models=self.models, tools=allowed)
 
     async def aclose(self) -> None:

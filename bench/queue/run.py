@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,10 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import statement_log  # noqa: E402
+
 from app.auth.jwt import mint_token  # noqa: E402
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
-from app.db.migrate import upgrade_to_head  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 
@@ -63,6 +63,7 @@ def _connect(url: str, dbname: str | None = None) -> psycopg.Connection[Any]:
         host=_host(url),
         port=u.port,
         autocommit=True,
+        application_name="bench",  # left out of the statement counts
     )
 
 
@@ -201,65 +202,85 @@ def _wait_ready(base: str, procs: list[subprocess.Popen[bytes]], timeout: float)
         time.sleep(0.1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+def _logged_run(base: str, conn: psycopg.Connection[Any], i: int) -> None:
+    """Post one run in the logged session and wait until it has finished."""
+    token = mint_token(SECRET, user_id="bench")
+    r = httpx.post(
+        f"{base}/api/agent-runtime",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"message": f"logged run {i}", "sessionKey": "logged"},
+        timeout=30,
     )
-    parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--sessions", type=int, default=50)
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--concurrency", type=int, default=8, help="runs per worker at once")
-    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
-    parser.add_argument("--pgbench-seconds", type=int, default=10)
-    parser.add_argument(
-        "--paced", type=int, default=50, help="runs posted one at a time to idle workers"
-    )
-    args = parser.parse_args()
-
-    data_dir = Path(tempfile.mkdtemp(prefix="artb-", dir="/tmp"))
-    pg = None
-    server_url = os.environ.get("DATABASE_URL")
-    finished = False
-    try:
-        if not server_url:
-            pg = EmbeddedPostgres(data_dir)
-            server_url = pg.start()
-        _bench(args, server_url, data_dir)
-        finished = True
-    finally:
-        if pg is not None:
-            pg.stop()
-        if finished:
-            shutil.rmtree(data_dir, ignore_errors=True)
-        else:
-            print(f"(kept {data_dir}: the services' log is bench.log)", file=sys.stderr)
+    r.raise_for_status()
+    run_id = r.json()["runId"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT status FROM agent_run_queue WHERE id = %s", (run_id,)).fetchone()
+        if row and row[0] in ("completed", "failed", "cancelled"):
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"logged run {run_id} did not finish in time")
 
 
-def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> None:
-    """Start the API and the workers on a fresh database, measure, print the table."""
+def _checkout(rev: str) -> Path:
+    """A detached worktree of `rev` (the code the services run for the A/B comparison)."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"artb-rev-{sha}"
+    if not path.exists():
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(path), sha],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+    return path
+
+
+def _measure(
+    args: argparse.Namespace,
+    server_url: str,
+    data_dir: Path,
+    code_dir: Path,
+    server_log: Path | None,
+) -> dict[str, Any]:
+    """Start the API and the workers of the code in `code_dir` on a fresh database and measure."""
     procs: list[subprocess.Popen[bytes]] = []
+    with _connect(server_url) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bench_queue WITH (FORCE)")
+        conn.execute("CREATE DATABASE bench_queue")
+    url = make_url(server_url).set(database="bench_queue").render_as_string(hide_password=False)
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "SUPABASE_JWT_SECRET": SECRET,
+        "WORKER_CONCURRENCY": str(args.concurrency),
+        "LOG_LEVEL": "WARNING",
+        "AGENT_RUNTIME_DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(code_dir),
+    }
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from app.db.migrate import upgrade_to_head as u; u(sys.argv[1])",
+            url,
+        ],
+        env=env,
+        cwd=code_dir,
+        check=True,
+    )
+    port = _free_port()
+    env["PORT"] = str(port)
+    result: dict[str, Any] = {}
     try:
-        with _connect(server_url) as conn:
-            conn.execute("DROP DATABASE IF EXISTS bench_queue WITH (FORCE)")
-            conn.execute("CREATE DATABASE bench_queue")
-        url = make_url(server_url).set(database="bench_queue").render_as_string(hide_password=False)
-        upgrade_to_head(url)
-        port = _free_port()
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "SUPABASE_JWT_SECRET": SECRET,
-            "PORT": str(port),
-            "WORKER_CONCURRENCY": str(args.concurrency),
-            "LOG_LEVEL": "WARNING",
-            "AGENT_RUNTIME_DATA_DIR": str(data_dir),
-        }
         log = (data_dir / "bench.log").open("ab")
         cli = [sys.executable, "-m", "app.cli"]
-        procs.append(subprocess.Popen([*cli, "api"], env=env, stdout=log, stderr=log, cwd=ROOT))
+        procs.append(subprocess.Popen([*cli, "api"], env=env, stdout=log, stderr=log, cwd=code_dir))
         for _ in range(args.workers):
             procs.append(
-                subprocess.Popen([*cli, "worker"], env=env, stdout=log, stderr=log, cwd=ROOT)
+                subprocess.Popen([*cli, "worker"], env=env, stdout=log, stderr=log, cwd=code_dir)
             )
         base = f"http://127.0.0.1:{port}"
         _wait_ready(base, procs, timeout=60)
@@ -279,18 +300,6 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> None:
                 WHERE q.type = 'run.queued' AND s.type = 'run.started'
                 """
             ).fetchall()
-            ready_rows = conn.execute(
-                """
-                SELECT extract(epoch FROM s.created_at - greatest(q.created_at, prev.finished_at))
-                FROM agent_run_queue r
-                JOIN run_events q ON q.run_id = r.id AND q.type = 'run.queued'
-                JOIN run_events s ON s.run_id = r.id AND s.type = 'run.started'
-                LEFT JOIN LATERAL (
-                  SELECT p.finished_at FROM agent_run_queue p
-                  WHERE p.session_id = r.session_id AND p.queue_seq < r.queue_seq
-                  ORDER BY p.queue_seq DESC LIMIT 1) prev ON true
-                """
-            ).fetchall()
             asyncio.run(_paced(base, args.paced, pause=0.1))
             _wait_done(conn, args.runs + args.paced, timeout=120)
             paced_rows = conn.execute(
@@ -303,13 +312,20 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> None:
                   AND ss.session_key LIKE 'paced-%'
                 """
             ).fetchall()
+            if server_log is not None and args.logged:
+                _logged_run(base, conn, -1)  # creates the session: not counted
+                with (
+                    _connect(server_url) as admin,
+                    statement_log.capture(admin, server_log) as lines,
+                ):
+                    for i in range(args.logged):
+                        _logged_run(base, conn, i)
+                result["log"] = statement_log.tally(lines, "bench_queue")
+                if args.dump_log:
+                    args.dump_log.write_text("\n".join(lines))
             statuses = dict(
                 conn.execute("SELECT status, count(*) FROM agent_run_queue GROUP BY 1").fetchall()
             )
-        paced_latency = [float(r[0]) * 1000 for r in paced_rows]
-        start_latency = [float(r[0]) * 1000 for r in rows]
-        ready_latency = [max(0.0, float(r[0]) * 1000) for r in ready_rows]
-        runs_per_s = args.runs / wall
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -318,51 +334,133 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> None:
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-    if statuses != {"completed": args.runs + args.paced}:
+    expected = args.runs + args.paced + (args.logged + 1 if "log" in result else 0)
+    if statuses != {"completed": expected}:
         raise SystemExit(f"not every run completed: {statuses}")
-    pgbench_tps = _pgbench(
-        server_url, clients=args.workers * args.concurrency, seconds=args.pgbench_seconds
+    result.update(
+        runs_per_s=args.runs / wall,
+        start=[float(r[0]) * 1000 for r in rows],
+        paced=[float(r[0]) * 1000 for r in paced_rows],
+        post=[x * 1000 for x in post_latencies],
+        transactions=commits / args.runs,
     )
+    return result
 
+
+def _rows(r: dict[str, Any], args: argparse.Namespace, pgbench_tps: float) -> list[tuple[str, str]]:
+    def pcts(values: list[float]) -> str:
+        return " / ".join(f"{_pct(values, p):.1f}" for p in (50, 95, 99))
+
+    rows = [
+        ("runs/s (enqueue of all → last finished)", f"{r['runs_per_s']:.1f}"),
+        ("enqueue→run.started p50 / p95 / p99 (ms), under load", pcts(r["start"])),
+        (
+            f"idle: enqueue→run.started p50 / p95 / p99 (ms), {args.paced} paced runs",
+            pcts(r["paced"]),
+        ),
+        ("POST /api/agent-runtime p50 / p95 / p99 (ms), under load", pcts(r["post"])),
+        ("transactions per run (pg_stat_database, throughput phase)", f"{r['transactions']:.1f}"),
+    ]
+    log: statement_log.Tally | None = r.get("log")
+    if log is not None:
+        n = args.logged
+        rows += [
+            ("commits per run (statement log: COMMIT + autocommit)", f"{log.transactions / n:.1f}"),
+            ("statements per run (statement log)", f"{log.statements / n:.1f}"),
+            ("pre-ping transactions per run (statement log)", f"{log.empty_transactions / n:.1f}"),
+        ]
+    rows.append(("runs/s ÷ pgbench TPS", f"{r['runs_per_s'] / pgbench_tps:.4f}"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=8, help="runs per worker at once")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
+    parser.add_argument("--pgbench-seconds", type=int, default=10)
+    parser.add_argument(
+        "--paced", type=int, default=50, help="runs posted one at a time to idle workers"
+    )
+    parser.add_argument(
+        "--logged",
+        type=int,
+        default=20,
+        help="runs posted one at a time in one session with every statement logged "
+        "(embedded Postgres or --server-log)",
+    )
+    parser.add_argument("--dump-log", type=Path, help="write the logged phase's log lines here")
+    parser.add_argument("--server-log", type=Path, help="the server's log file (with DATABASE_URL)")
+    parser.add_argument(
+        "--ab",
+        metavar="REV",
+        help="also run the services of git revision REV (a detached worktree), alternately with "
+        "this tree's, on the same server, and print both side by side with their ratio",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="A/B rounds (each: REV, then this)")
+    args = parser.parse_args()
+
+    data_dir = Path(tempfile.mkdtemp(prefix="artb-", dir="/tmp"))
+    pg = None
+    server_url = os.environ.get("DATABASE_URL")
+    finished = False
+    try:
+        server_log = args.server_log
+        if not server_url:
+            pg = EmbeddedPostgres(data_dir)
+            server_url = pg.start()
+            server_log = pg.pgdata / "log"
+        sides: list[tuple[str, Path]] = [("this tree", ROOT)]
+        if args.ab:
+            sides = [(args.ab, _checkout(args.ab)), ("this tree", ROOT)]
+        results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in sides}
+        for _ in range(args.rounds if args.ab else 1):
+            for label, code_dir in sides:
+                results[label].append(_measure(args, server_url, data_dir, code_dir, server_log))
+        pgbench_tps = _pgbench(
+            server_url, clients=args.workers * args.concurrency, seconds=args.pgbench_seconds
+        )
+        _report(args, results, pgbench_tps)
+        finished = True
+    finally:
+        if pg is not None:
+            pg.stop()
+        if finished:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:
+            print(f"(kept {data_dir}: the services' log is bench.log)", file=sys.stderr)
+
+
+def _report(
+    args: argparse.Namespace, results: dict[str, list[dict[str, Any]]], pgbench_tps: float
+) -> None:
     print(
         f"\nruns={args.runs} sessions={args.sessions} workers={args.workers}x{args.concurrency} "
-        f"clients={args.clients} statuses={statuses}\n"
+        f"clients={args.clients} paced={args.paced} logged={args.logged} "
+        f"pgbench TPS={pgbench_tps:.0f} ({args.workers * args.concurrency} clients)\n"
     )
-    print("| metric | value |")
-    print("|---|---|")
-    print(f"| runs/s (enqueue of all → last finished) | {runs_per_s:.1f} |")
-    print(
-        f"| enqueue→run.started p50 / p95 / p99 (ms) | {_pct(start_latency, 50):.1f} / "
-        f"{_pct(start_latency, 95):.1f} / {_pct(start_latency, 99):.1f} |"
-    )
-    print(
-        f"| lane free→run.started p50 / p95 / p99 (ms) | {_pct(ready_latency, 50):.1f} / "
-        f"{_pct(ready_latency, 95):.1f} / {_pct(ready_latency, 99):.1f} |"
-    )
-    print(
-        f"| idle: enqueue→run.started p50 / p95 / p99 (ms), {args.paced} paced runs | "
-        f"{_pct(paced_latency, 50):.1f} / {_pct(paced_latency, 95):.1f} / "
-        f"{_pct(paced_latency, 99):.1f} |"
-    )
-    print(
-        f"| POST /api/agent-runtime p50 / p95 (ms) | {statistics.median(post_latencies) * 1000:.1f} / "
-        f"{_pct(post_latencies, 95) * 1000:.1f} |"
-    )
-    print(f"| Postgres transactions per run | {commits / args.runs:.1f} |")
-    print(
-        f"| pgbench simple-update TPS, same server, {args.workers * args.concurrency} clients | {pgbench_tps:.0f} |"
-    )
-    print(
-        f"| run TPS-equivalent (runs/s × transactions per run) ÷ pgbench TPS | "
-        f"{runs_per_s * commits / args.runs / pgbench_tps:.2f} |"
-    )
-    print(f"| runs/s ÷ pgbench TPS | {runs_per_s / pgbench_tps:.4f} |")
-    txn_ms = args.workers * args.concurrency / pgbench_tps * 1000
-    print(
-        f"| idle start p50 ÷ pgbench mean time per transaction ({txn_ms:.2f} ms) | "
-        f"{_pct(paced_latency, 50) / txn_ms:.1f} |"
-    )
+    labels = list(results)
+    for round_no in range(len(results[labels[0]])):
+        tables = [_rows(results[label][round_no], args, pgbench_tps) for label in labels]
+        if len(labels) == 1:
+            print("| metric | value |")
+            print("|---|---|")
+            for name, value in tables[0]:
+                print(f"| {name} | {value} |")
+        else:
+            a, b = results[labels[0]][round_no], results[labels[1]][round_no]
+            print(f"| metric | {labels[0]} | {labels[1]} |")
+            print("|---|---|---|")
+            for (name, va), (_, vb) in zip(tables[0], tables[1], strict=True):
+                print(f"| {name} | {va} | {vb} |")
+            print(
+                f"\nround {round_no + 1}: runs/s ratio (this tree ÷ {labels[0]}) = "
+                f"{b['runs_per_s'] / a['runs_per_s']:.2f}\n"
+            )
 
 
 if __name__ == "__main__":

@@ -153,6 +153,11 @@ def event_data(event: RunEvent) -> dict[str, Any]:
     return event.model_dump(mode="json", by_alias=True, exclude=set(_NOT_DATA))
 
 
+def event_data_json(event: RunEvent) -> str:
+    """`event_data` as JSON text (serialized by pydantic, without a dict in between)."""
+    return event.model_dump_json(by_alias=True, exclude=set(_NOT_DATA))
+
+
 def stored_event(
     *, type_: str, data: dict[str, Any], run_id: UUID, seq: int, ts: datetime
 ) -> RunEvent:
@@ -244,6 +249,7 @@ __all__ = [
     "USAGE",
     "UsageEvent",
     "event_data",
+    "event_data_json",
     "stored_event",
     "wire_json",
 ]
