@@ -69,6 +69,21 @@ RowWrites = Callable[[FencedWrite], Awaitable[None]]
 """Rows written in a fenced transaction (given its open `FencedWrite`)."""
 
 
+@dataclass(slots=True)
+class _Deferred:
+    events: list[RunEvent]
+    rows: RowWrites | None
+    replaces: str | None
+
+
+async def _write_rows(w: FencedWrite, deferred: Sequence[_Deferred]) -> None:
+    """Run the deferred rows in order, each `replaces` key's last only."""
+    last = {d.replaces: i for i, d in enumerate(deferred) if d.replaces is not None}
+    for i, d in enumerate(deferred):
+        if d.rows is not None and (d.replaces is None or last[d.replaces] == i):
+            await d.rows(w)
+
+
 class LeasedRun:
     """One claimed run, on behalf of its tenant, fenced by its lease."""
 
@@ -79,16 +94,25 @@ class LeasedRun:
         self.write_lock = asyncio.Lock()
         """Held by the transaction writing for this run (its own `write` or the flusher)."""
         self._writer: asyncio.Task[object] | None = None
-        self._deferred: list[tuple[list[RunEvent], RowWrites | None]] = []
-        self._storing: list[tuple[list[RunEvent], RowWrites | None]] = []
+        self._deferred: list[_Deferred] = []
+        self._storing: list[_Deferred] = []
         self._lost = False
 
-    def defer(self, events: Sequence[RunEvent] = (), rows: RowWrites | None = None) -> None:
+    def defer(
+        self,
+        events: Sequence[RunEvent] = (),
+        rows: RowWrites | None = None,
+        *,
+        replaces: str | None = None,
+    ) -> None:
         """Store `events` (and `rows`) with the run's next write, or within the flusher's
-        interval (`app.queue.coalesce`), whichever comes first; in the order deferred."""
+        interval (`app.queue.coalesce`), whichever comes first; in the order deferred.
+
+        `replaces`: `rows` overwrite what earlier deferred rows of the same key wrote (e.g. the
+        run's `state`): only the last of them runs."""
         if self._lost:
             raise LeaseLostError(f"lease on run {self.run.id} lost")
-        self._deferred.append((list(events), rows))
+        self._deferred.append(_Deferred(list(events), rows, replaces))
         flusher_for(self.db).schedule(self)
 
     def has_deferred(self) -> bool:
@@ -99,15 +123,13 @@ class LeasedRun:
         """Store the deferred writes in the open tenant transaction `s` (the flusher's; the
         caller holds `write_lock`). Kept until `deferred_stored` or `restore_deferred`."""
         self._storing, self._deferred = self._deferred, []
-        events = [e for deferred, _ in self._storing for e in deferred]
+        events = [e for deferred in self._storing for e in deferred.events]
         w = await self._fence(s, len(events))
         if w is None:  # its own next write raises LeaseLostError
             self._lost = True
             self._storing = []
             return
-        for _, rows in self._storing:
-            if rows is not None:
-                await rows(w)
+        await _write_rows(w, self._storing)
         await self._append(s, events, w.last_seq, len(events))
 
     def deferred_stored(self) -> None:
@@ -152,18 +174,16 @@ class LeasedRun:
     async def _write(
         self,
         events: Sequence[RunEvent],
-        pending: list[tuple[list[RunEvent], RowWrites | None]],
+        pending: list[_Deferred],
     ) -> AsyncIterator[FencedWrite]:
-        earlier = [e for deferred, _ in pending for e in deferred]
+        earlier = [e for deferred in pending for e in deferred.events]
         reserved = len(earlier) + len(events)
         async with self.db.tenant(self.run.principal) as s:
             w = await self._fence(s, reserved)
             if w is None:
                 self._lost = True
                 raise LeaseLostError(f"lease on run {self.run.id} lost")
-            for _, rows in pending:
-                if rows is not None:
-                    await rows(w)
+            await _write_rows(w, pending)
             yield w
             all_events = [*earlier, *events]
             await self._append(s, all_events, w.last_seq, reserved)

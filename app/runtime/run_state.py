@@ -171,7 +171,9 @@ async def record_transition(leased: LeasedRun, current: str, to: str) -> None:
     """Check `current → to`, then set the run's `state` and store `state.changed` atomically,
     with the run's next write (deferred: `LeasedRun.defer`)."""
     check_transition(current, to)
-    leased.defer([StateChangedEvent(from_=current, to=to)], _set_state(leased, to))
+    leased.defer(
+        [StateChangedEvent(from_=current, to=to)], _set_state(leased, to), replaces="state"
+    )
 
 
 async def set_loop_state(leased: LeasedRun, state: str | None) -> None:

@@ -278,10 +278,12 @@ def _measure(
         log = (data_dir / "bench.log").open("ab")
         cli = [sys.executable, "-m", "app.cli"]
         procs.append(subprocess.Popen([*cli, "api"], env=env, stdout=log, stderr=log, cwd=code_dir))
-        for _ in range(args.workers):
-            procs.append(
-                subprocess.Popen([*cli, "worker"], env=env, stdout=log, stderr=log, cwd=code_dir)
-            )
+        for i in range(args.workers):
+            worker = [*cli, "worker"]
+            if i == 0 and args.profile_worker:
+                worker = [sys.executable, "-m", "cProfile", "-o", str(args.profile_worker)]
+                worker += ["-m", "app.cli", "worker"]
+            procs.append(subprocess.Popen(worker, env=env, stdout=log, stderr=log, cwd=code_dir))
         base = f"http://127.0.0.1:{port}"
         _wait_ready(base, procs, timeout=60)
         time.sleep(1.0)  # the workers' LISTEN connections
@@ -392,6 +394,11 @@ def main() -> None:
         default=20,
         help="runs posted one at a time in one session with every statement logged "
         "(embedded Postgres or --server-log)",
+    )
+    parser.add_argument(
+        "--profile-worker",
+        type=Path,
+        help="run the first worker under cProfile, stats to this file",
     )
     parser.add_argument("--dump-log", type=Path, help="write the logged phase's log lines here")
     parser.add_argument("--server-log", type=Path, help="the server's log file (with DATABASE_URL)")

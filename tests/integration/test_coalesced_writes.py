@@ -15,7 +15,7 @@ from app.core.events import AssistantDeltaEvent, RunCompletedEvent, StateChanged
 from app.db.engine import Database
 from app.db.models import Run
 from app.queue.coalesce import FLUSH_SECONDS, flusher_for
-from app.queue.lease import FencedWrite, LeasedRun
+from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.queue.manager import RunQueue
 
 ROWS = text(
@@ -119,3 +119,31 @@ async def test_a_failed_write_keeps_the_deferred_writes_for_the_next(
         ("assistant.delta", "kept"),
         (RunCompletedEvent(result=None).type, None),
     ]
+
+
+async def test_only_the_last_of_rows_that_replace_each_other_is_written(
+    database: Database, alice: Principal
+) -> None:
+    leased = await _leased(database, alice, "p1", "w1")
+    ran: list[str] = []
+
+    def state(value: str) -> RowWrites:
+        async def rows(w: FencedWrite) -> None:
+            ran.append(value)
+            await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=value))
+
+        return rows
+
+    leased.defer(
+        [StateChangedEvent(from_="queued", to="thinking")], state("thinking"), replaces="state"
+    )
+    leased.defer(rows=state("other"))  # no key: always written
+    leased.defer(
+        [StateChangedEvent(from_="thinking", to="responding")],
+        state("responding"),
+        replaces="state",
+    )
+    await leased.emit(AssistantDeltaEvent(text="x"))
+    assert ran == ["other", "responding"]
+    types = [r[1] for r in await _rows(database, leased.run.id)]
+    assert types.count("state.changed") == 2  # every event is kept
