@@ -194,6 +194,7 @@ class LeasedRun:
                 query("fence_and_allocate"),
                 {
                     "run_id": self.run.id,
+                    "session_id": self.run.session_id,
                     "worker_id": self.worker_id,
                     "attempt": self.run.attempt,
                     "n": n,

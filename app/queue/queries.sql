@@ -164,9 +164,17 @@ RETURNING id;
 -- name: fence_and_allocate
 -- Every write of a running run passes through here in its own transaction: it proves this
 -- worker still holds the lease (same owner, same attempt) and reserves :n event sequence numbers.
+-- It locks the run's session row first (the `lane` InitPlan runs before the run row is locked),
+-- in the order posts to the session lock them (app.queue.busy): session, then run. A write that
+-- appends to the transcript (which updates the session row) therefore never holds the run while
+-- a post holds the session and waits for the run.
+WITH lane AS (
+  SELECT id FROM agent_sessions WHERE id = :session_id FOR NO KEY UPDATE
+)
 UPDATE agent_run_queue
 SET last_event_seq = last_event_seq + :n
 WHERE id = :run_id AND lease_owner = :worker_id AND attempts = :attempt AND status = 'running'
+  AND EXISTS (SELECT 1 FROM lane)
 RETURNING last_event_seq, cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: insert_events

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert
 
 from app.core.events import ContextCompactedEvent, MemoryFlushedEvent
@@ -46,33 +46,6 @@ class Compaction:
     tokens_after: int
     summary_tokens: int
     model: str
-
-
-async def session_context(leased: LeasedRun) -> SessionContext:
-    """The session's latest compaction summary and memory-flush mark."""
-    async with leased.db.tenant(leased.run.principal) as s:
-        flushed = await s.scalar(
-            select(AgentSession.memory_flushed_through_seq).where(
-                AgentSession.id == leased.run.session_id
-            )
-        )
-        latest = (
-            await s.execute(
-                select(
-                    ContextSnapshot.summary,
-                    ContextSnapshot.first_message_seq,
-                    ContextSnapshot.last_message_seq,
-                )
-                .where(ContextSnapshot.session_id == leased.run.session_id)
-                .order_by(
-                    ContextSnapshot.last_message_seq.desc(), ContextSnapshot.created_at.desc()
-                )
-                .limit(1)
-            )
-        ).one_or_none()
-    if latest is None:
-        return SessionContext(None, 0, 0, flushed or 0)
-    return SessionContext(latest[0], latest[1], latest[2], flushed or 0)
 
 
 async def store_compaction(

@@ -20,13 +20,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import exists, func, select, update
-
 from app.core.events import InjectedSource, MessageInjectedEvent, RunEvent
 from app.core.failpoints import INJECT_AFTER_COMMIT, INJECT_BEFORE_COMMIT, failpoint
 from app.core.transcript import MessageSource, UserMessage
-from app.db.models import RunInboxItem
 from app.runtime.run_state import RunState
+from app.runtime.statements import DELIVER_INBOX, STEER_WAITING
 from app.runtime.transcript_store import insert_messages
 
 SKIPPED_FOR_MESSAGE = "skipped: a new message arrived before this call started"
@@ -73,15 +71,7 @@ async def steer_waiting(state: RunState) -> bool:
     """Whether a user's message is waiting in the run's inbox (cheap: a partial index)."""
     run = state.leased.run
     async with state.leased.db.tenant(run.principal) as s:
-        found = await s.scalar(
-            select(
-                exists().where(
-                    RunInboxItem.run_id == run.id,
-                    RunInboxItem.delivered_at.is_(None),
-                    RunInboxItem.kind == "steer",
-                )
-            )
-        )
+        found = await s.scalar(STEER_WAITING, {"run_id": run.id})
     return bool(found)
 
 
@@ -93,21 +83,7 @@ async def inject_arrivals(state: RunState, *, skipped_calls: int = 0) -> int:
     events: list[RunEvent] = []
     delivered: list[UserMessage] = []
     async with leased.write(events) as w:
-        rows = (
-            await w.session.execute(
-                update(RunInboxItem)
-                .where(RunInboxItem.run_id == leased.run.id, RunInboxItem.delivered_at.is_(None))
-                .values(
-                    delivered_at=func.now(), delivery="injected", delivered_to_run_id=leased.run.id
-                )
-                .returning(
-                    RunInboxItem.id,
-                    RunInboxItem.kind,
-                    RunInboxItem.source_run_id,
-                    RunInboxItem.text,
-                )
-            )
-        ).all()
+        rows = (await w.session.execute(DELIVER_INBOX, {"run_id": leased.run.id})).all()
         if not rows:
             return 0
         skipped_told = False

@@ -26,10 +26,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import extract, func, select
-
-from app.db.models import Run
-from app.queue.lease import LeasedRun
 from app.runtime.run_state import RunFailed, RunState
 from app.tenants.quotas import QuotaDefaults, token_budget_left
 
@@ -51,22 +47,6 @@ class RunClock:
     """Input + output tokens used so far (all attempts)."""
     hard_left: float | None = None
     """Seconds until the run's `deadline_at` (negative: past it); None: it has none."""
-
-
-async def run_clock(leased: LeasedRun) -> RunClock:
-    """Seconds since the run first started (database time), the tokens it has used and the time
-    left before its hard deadline."""
-    async with leased.db.tenant(leased.run.principal) as s:
-        row = (
-            await s.execute(
-                select(
-                    extract("epoch", func.now() - func.coalesce(Run.started_at, func.now())),
-                    Run.input_tokens + Run.output_tokens,
-                    extract("epoch", Run.deadline_at - func.now()),
-                ).where(Run.id == leased.run.id)
-            )
-        ).one()
-    return RunClock(float(row[0]), int(row[1]), None if row[2] is None else float(row[2]))
 
 
 def deadline_after(elapsed: float, timeout_seconds: float, hard_left: float | None = None) -> float:

@@ -42,21 +42,22 @@ from app.llm.base import ModelError
 from app.llm.registry import ModelRegistry
 from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.runtime.agent_settings import AgentSettings
-from app.runtime.compaction_store import session_context
+from app.runtime.compaction_store import SessionContext
 from app.runtime.context import Summary
 from app.runtime.conversation import converse
 from app.runtime.inbox import follow_up_source, sender_source
 from app.runtime.limits import (
+    RunClock,
     check_tenant_budget,
     check_tokens,
     deadline_after,
     hard_deadline_first,
-    run_clock,
     within_deadline,
 )
 from app.runtime.model_fallback import start_models
 from app.runtime.plan_mode import drive_plan, in_plan_mode
 from app.runtime.run_state import AgentConfig, RunFailed, RunState
+from app.runtime.statements import RUN_START
 from app.runtime.tenant_models import TenantModels
 from app.runtime.transcript_store import insert_messages, load_transcript
 from app.tools.registry import ToolRegistry, default_tool_registry
@@ -133,12 +134,11 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
             context_window=extra.context_window,
             fallback_models=extra.fallback_models,
         )
-    context = await session_context(leased)
+    context, clock = await start_point(leased)
     summary = None
     if context.summary is not None:
         summary = Summary(context.summary, context.first_seq, context.last_seq)
     transcript = await load_transcript(leased, after_seq=context.last_seq)
-    clock = await run_clock(leased)
     return RunState(
         leased=leased,
         settings=settings,
@@ -151,6 +151,21 @@ async def prepare_run(leased: LeasedRun, *, settings: Settings, tools: ToolRegis
         summary=summary,
         flushed_through=context.flushed_through,
     )
+
+
+async def start_point(leased: LeasedRun) -> tuple[SessionContext, RunClock]:
+    """The session's context (`compaction_store.session_context`) and the run's clock
+    (`limits.run_clock`), in one statement."""
+    async with leased.db.tenant(leased.run.principal) as s:
+        row = (await s.execute(RUN_START, {"run_id": leased.run.id})).one()
+    context = SessionContext(
+        row.summary,
+        row.first_message_seq or 0,
+        row.last_message_seq or 0,
+        row.flushed_through or 0,
+    )
+    hard_left = None if row.hard_left is None else float(row.hard_left)
+    return context, RunClock(float(row.elapsed), int(row.tokens), hard_left)
 
 
 async def drive_in_time(state: RunState, models: ModelRegistry) -> str:

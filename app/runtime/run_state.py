@@ -14,19 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import update
-
 from app.config import Settings
 from app.core.events import StateChangedEvent
 from app.core.state_machine import QUEUED, check_transition
 from app.core.tokens import estimate_message_tokens
 from app.core.transcript import AssistantMessage, Message, ToolCall, ToolResult
-from app.db.models import Run
 from app.llm.base import Model
 from app.llm.chain import ModelChain
 from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.runtime.agent_settings import AgentMode
 from app.runtime.context import Summary
+from app.runtime.statements import SET_STATE
 from app.runtime.transcript_store import Entry
 from app.tools.registry import ToolRegistry
 
@@ -184,6 +182,6 @@ async def set_loop_state(leased: LeasedRun, state: str | None) -> None:
 
 def _set_state(leased: LeasedRun, state: str | None) -> RowWrites:
     async def rows(w: FencedWrite) -> None:
-        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(state=state))
+        await w.session.execute(SET_STATE, {"state": state, "run_id": leased.run.id})
 
     return rows

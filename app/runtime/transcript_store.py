@@ -7,18 +7,16 @@ Appending keeps the session's counters (`message_count`, which numbers the rows,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.dialects.postgresql import insert
-
 from app.core.events import RunEvent
 from app.core.tokens import estimate_message_tokens
 from app.core.transcript import Message, dump_message, load_message, role_of
-from app.db.models import AgentSession, SessionMessage
 from app.queue.lease import FencedWrite, LeasedRun
+from app.runtime.statements import APPEND_MESSAGES, TRANSCRIPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +35,9 @@ async def load_transcript(leased: LeasedRun, after_seq: int = 0) -> list[Entry]:
     """The session's transcript after row `after_seq` (rows a compaction summary covers need not
     be read), plus every row of this run, in order."""
     run = leased.run
+    params = {"session_id": run.session_id, "after_seq": after_seq, "run_id": run.id}
     async with leased.db.tenant(run.principal) as s:
-        rows = await s.execute(
-            select(
-                SessionMessage.seq,
-                SessionMessage.run_id,
-                SessionMessage.payload,
-                SessionMessage.token_count,
-            )
-            .where(
-                SessionMessage.session_id == run.session_id,
-                or_(SessionMessage.seq > after_seq, SessionMessage.run_id == run.id),
-            )
-            .order_by(SessionMessage.seq)
-        )
+        rows = await s.execute(TRANSCRIPT, params)
         return [
             Entry(r.run_id, load_message(r.payload), seq=r.seq, tokens=r.token_count) for r in rows
         ]
@@ -62,33 +49,22 @@ async def insert_messages(w: FencedWrite, messages: Sequence[Message]) -> list[i
         return []
     run = w.run
     tokens = [estimate_message_tokens(m) for m in messages]
-    last = await w.session.scalar(
-        update(AgentSession)
-        .where(AgentSession.id == run.session_id)
-        .values(
-            message_count=AgentSession.message_count + len(messages),
-            token_count=AgentSession.token_count + sum(tokens),
-        )
-        .returning(AgentSession.message_count)
+    seqs = await w.session.scalars(
+        APPEND_MESSAGES,
+        {
+            "n": len(messages),
+            "tokens": sum(tokens),
+            "session_id": run.session_id,
+            "tenant_id": run.tenant_id,
+            "run_id": run.id,
+            "roles": [role_of(m) for m in messages],
+            "payloads": [json.dumps(dump_message(m)) for m in messages],
+            "token_counts": tokens,
+        },
     )
-    assert last is not None
-    first = last - len(messages) + 1
-    await w.session.execute(
-        insert(SessionMessage),
-        [
-            {
-                "tenant_id": run.tenant_id,
-                "session_id": run.session_id,
-                "run_id": run.id,
-                "seq": first + i,
-                "role": role_of(m),
-                "payload": dump_message(m),
-                "token_count": tokens[i],
-            }
-            for i, m in enumerate(messages)
-        ],
-    )
-    return list(range(first, last + 1))
+    found = sorted(seqs)
+    assert len(found) == len(messages), "the session row is missing"
+    return found
 
 
 async def append_messages(

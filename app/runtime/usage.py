@@ -10,18 +10,13 @@ another model (`model_fallback`) has one entry per model. The tenant's daily cou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import BigInteger, ColumnElement, Text, cast, func, literal, update
-from sqlalchemy.dialects.postgresql import JSONB
 
 from app.core.events import UsageEvent
-from app.db.models import AgentSession, Run
 from app.llm.base import Usage
 from app.queue.lease import FencedWrite, LeasedRun, RowWrites
 from app.runtime.limits import check_tokens
 from app.runtime.run_state import RunState
-from app.tenants.quotas import add_tokens
+from app.runtime.statements import ADD_USAGE
 
 MIN_TOKEN_RATIO = 0.25
 MAX_TOKEN_RATIO = 8.0
@@ -112,44 +107,18 @@ def usage_rows(
     event = UsageEvent(input_tokens=input_tokens, output_tokens=output_tokens, model=model)
 
     async def rows(w: FencedWrite) -> None:
-        values: dict[str, Any] = {
-            "input_tokens": Run.input_tokens + input_tokens,
-            "output_tokens": Run.output_tokens + output_tokens,
-        }
-        if model is not None:
-            values["usage_by_model"] = added_by_model(model, input_tokens, output_tokens)
-        if context_window is not None:
-            values.update(context_tokens=input_tokens, context_window=context_window)
-            await w.session.execute(
-                update(AgentSession)
-                .where(AgentSession.id == leased.run.session_id)
-                .values(context_tokens=input_tokens)
-            )
-        await w.session.execute(update(Run).where(Run.id == leased.run.id).values(**values))
-        await add_tokens(w.session, leased.run.tenant_id, input_tokens, output_tokens)
-
-    return UsageWrite(event, rows)
-
-
-def added_by_model(model: str, input_tokens: int, output_tokens: int) -> ColumnElement[Any]:
-    """`usage_by_model` with `model`'s share increased by these tokens (in one statement, so
-    concurrent writers of the same run cannot lose an update)."""
-    share = Run.usage_by_model[model]
-
-    def text(value: str) -> ColumnElement[str]:
-        return cast(literal(value), Text)  # typed: jsonb_build_object takes "any" arguments
-
-    def plus(key: str, tokens: int) -> ColumnElement[Any]:
-        return func.coalesce(share[key].astext.cast(BigInteger), 0) + cast(
-            literal(tokens), BigInteger
+        run = leased.run
+        await w.session.execute(
+            ADD_USAGE,
+            {
+                "run_id": run.id,
+                "session_id": run.session_id,
+                "tenant_id": run.tenant_id,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "model": model,
+                "context_window": context_window,
+            },
         )
 
-    entry = func.jsonb_build_object(
-        text("inputTokens"),
-        plus("inputTokens", input_tokens),
-        text("outputTokens"),
-        plus("outputTokens", output_tokens),
-    )
-    return Run.usage_by_model.op("||", return_type=JSONB)(
-        func.jsonb_build_object(text(model), entry)
-    )
+    return UsageWrite(event, rows)

@@ -1,19 +1,28 @@
 """Queue benchmark: N runs over M sessions through the HTTP API, offline model, real workers.
 
 Reports runs/s and enqueue -> `run.started` latency (p50/p95/p99, from the stored events' database
-timestamps) under that load, Postgres transactions per run, and — measured in the same run
-against the same Postgres — pgbench's simple-update TPS at the same client concurrency, so the
-result is a ratio that survives a noisy, shared machine. A second, paced phase then posts runs
-one at a time to idle workers: its enqueue -> `run.started` latency is the wake-up (NOTIFY, claim)
-without any backlog, compared with pgbench's mean time per transaction in the same run.
+timestamps) under that load, Postgres transactions per run (pg_stat_database), CPU milliseconds
+per run of the API, the workers and Postgres, and — measured in the same run against the same
+Postgres — pgbench's simple-update TPS at the same client concurrency, so the result is a ratio
+that survives a noisy, shared machine. A paced phase then posts runs one at a time to idle
+workers: its enqueue -> `run.started` latency is the wake-up (NOTIFY, claim) without a backlog.
+A logged phase (`--logged N`) posts N runs one at a time with every statement logged
+(bench/queue/statement_log.py) and counts commits, statements and pool pre-pings per run from
+the log, split by the process that issued them.
+
+`--ab REV` runs the services of git revision REV too (a detached worktree in /tmp), alternately
+with this tree's (`--rounds` times), on the same server, and prints both side by side with their
+ratio. `--profile-worker FILE` runs the first worker under cProfile (bench/queue/profiled.py).
 
     .venv/bin/python bench/queue/run.py --runs 400 --sessions 50 --workers 2 --concurrency 8
+    .venv/bin/python bench/queue/run.py --ab 9acb540 --runs 200 --paced 10 --logged 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
 from sqlalchemy.engine import make_url
 
@@ -202,6 +212,28 @@ def _wait_ready(base: str, procs: list[subprocess.Popen[bytes]], timeout: float)
         time.sleep(0.1)
 
 
+def _cpu(pid: int, *, with_children: bool = False) -> float:
+    """CPU seconds (user + system) of a process; with its children, living and reaped."""
+    proc = psutil.Process(pid)
+    t = proc.cpu_times()
+    total = t.user + t.system
+    if with_children:
+        total += t.children_user + t.children_system
+        for child in proc.children():
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+    return total
+
+
+def _cpu_snapshot(procs: list[subprocess.Popen[bytes]], postmaster: int | None) -> list[float]:
+    """CPU seconds so far: the API, the workers (together), Postgres (None: not ours)."""
+    api = _cpu(procs[0].pid)
+    workers = sum(_cpu(p.pid) for p in procs[1:])
+    pg = _cpu(postmaster, with_children=True) if postmaster else float("nan")
+    return [api, workers, pg]
+
+
 def _logged_run(base: str, conn: psycopg.Connection[Any], i: int) -> None:
     """Post one run in the logged session and wait until it has finished."""
     token = mint_token(SECRET, user_id="bench")
@@ -244,6 +276,7 @@ def _measure(
     data_dir: Path,
     code_dir: Path,
     server_log: Path | None,
+    postmaster: int | None,
 ) -> dict[str, Any]:
     """Start the API and the workers of the code in `code_dir` on a fresh database and measure."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -281,8 +314,8 @@ def _measure(
         for i in range(args.workers):
             worker = [*cli, "worker"]
             if i == 0 and args.profile_worker:
-                worker = [sys.executable, "-m", "cProfile", "-o", str(args.profile_worker)]
-                worker += ["-m", "app.cli", "worker"]
+                profiled = str(Path(__file__).with_name("profiled.py"))
+                worker = [sys.executable, profiled, str(args.profile_worker), "worker"]
             procs.append(subprocess.Popen(worker, env=env, stdout=log, stderr=log, cwd=code_dir))
         base = f"http://127.0.0.1:{port}"
         _wait_ready(base, procs, timeout=60)
@@ -290,10 +323,12 @@ def _measure(
 
         with _connect(url) as conn:
             commits_before = _commits(conn)
+            cpu_before = _cpu_snapshot(procs, postmaster)
             started = time.perf_counter()
             post_latencies = asyncio.run(_enqueue(base, args.runs, args.sessions, args.clients))
             _wait_done(conn, args.runs, timeout=600)
             wall = time.perf_counter() - started
+            cpu = [b - a for a, b in zip(cpu_before, _cpu_snapshot(procs, postmaster), strict=True)]
             commits = _commits(conn) - commits_before
             rows = conn.execute(
                 """
@@ -345,6 +380,7 @@ def _measure(
         paced=[float(r[0]) * 1000 for r in paced_rows],
         post=[x * 1000 for x in post_latencies],
         transactions=commits / args.runs,
+        cpu_ms=[c * 1000 / args.runs for c in cpu],
     )
     return result
 
@@ -362,6 +398,10 @@ def _rows(r: dict[str, Any], args: argparse.Namespace, pgbench_tps: float) -> li
         ),
         ("POST /api/agent-runtime p50 / p95 / p99 (ms), under load", pcts(r["post"])),
         ("transactions per run (pg_stat_database, throughput phase)", f"{r['transactions']:.1f}"),
+        (
+            "CPU ms per run: API / workers / Postgres (throughput phase)",
+            " / ".join(f"{c:.1f}" for c in r["cpu_ms"]),
+        ),
     ]
     log: statement_log.Tally | None = r.get("log")
     if log is not None:
@@ -417,17 +457,21 @@ def main() -> None:
     finished = False
     try:
         server_log = args.server_log
+        postmaster: int | None = None
         if not server_url:
             pg = EmbeddedPostgres(data_dir)
             server_url = pg.start()
             server_log = pg.pgdata / "log"
+            postmaster = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
         sides: list[tuple[str, Path]] = [("this tree", ROOT)]
         if args.ab:
             sides = [(args.ab, _checkout(args.ab)), ("this tree", ROOT)]
         results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in sides}
         for _ in range(args.rounds if args.ab else 1):
             for label, code_dir in sides:
-                results[label].append(_measure(args, server_url, data_dir, code_dir, server_log))
+                results[label].append(
+                    _measure(args, server_url, data_dir, code_dir, server_log, postmaster)
+                )
         pgbench_tps = _pgbench(
             server_url, clients=args.workers * args.concurrency, seconds=args.pgbench_seconds
         )
