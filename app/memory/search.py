@@ -32,45 +32,35 @@ from uuid import UUID
 
 import structlog
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.memory.embedders import Embedder, EmbeddingError
 from app.memory.ranking import Candidate, Ranked, Weights, rank
-from app.memory.store import MemoryRecord, fetch_records, touch
+from app.memory.store import MemoryRecord, fetch_records, fetch_touched
 
 log = structlog.get_logger(__name__)
 
 MAX_LIMIT = 50
 
 CANDIDATES = text(
-    "SELECT * FROM public.agent_runtime_memory_candidates(CAST(:query AS text), "
+    "SELECT c.* FROM set_config('synchronous_commit', :sync_commit, true) AS sc, "
+    "public.agent_runtime_memory_candidates(CAST(:query AS text), "
     "CAST(:qvec AS text), CAST(:embedder AS text), CAST(:dim AS integer), "
-    "CAST(:agent_id AS uuid), CAST(:tags AS text[]), CAST(:candidates AS integer))"
+    "CAST(:agent_id AS uuid), CAST(:tags AS text[]), CAST(:candidates AS integer), "
+    "CAST(:ef_search AS integer)) AS c"
 )
 """The candidate rows (id, vector_rank, vector_similarity, text_rank, text_score, importance,
-age_days, embedding as text) of the claims' tenant; `:qvec` NULL skips the vector side."""
-
-
-async def configure_hnsw(session: AsyncSession, ef_search: int) -> None:
-    """Per-transaction pgvector settings: `hnsw.ef_search` and relaxed iterative scans."""
-    await session.execute(
-        text(
-            "SELECT set_config('hnsw.ef_search', :ef, true), "
-            "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-        ),
-        {"ef": str(ef_search)},
-    )
+age_days, embedding as real[]) of the claims' tenant; `:qvec` NULL skips the vector side. Sets
+`hnsw.ef_search` (and relaxed iterative scans) for the rest of the transaction, and
+`synchronous_commit` to `:sync_commit`: the only write of a search is the best-effort access
+count (`fetch_touched`), whose commit need not wait for the WAL flush (a crash right after may lose
+the count, never an entry)."""
 
 
 def vector_literal(vector: list[float]) -> str:
     """pgvector's text form of a vector."""
     return "[" + ",".join(repr(float(v)) for v in vector) + "]"
-
-
-def _parse_vector(raw: str | None) -> list[float] | None:
-    return None if raw is None else list(map(float, raw[1:-1].split(",")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +134,12 @@ async def search_memories(
         "embedder": embedder.name,
         "dim": embedder.dimension,
         "candidates": max(candidates, limit),
+        "ef_search": max(ef_search, limit),
         "agent_id": agent_id,
         "tags": tags or [],
+        "sync_commit": "off",
     }
     async with db.tenant(principal) as s:
-        await configure_hnsw(s, max(ef_search, limit))
         rows = (await s.execute(CANDIDATES, params)).all()
         found = [
             Candidate(
@@ -159,15 +150,13 @@ async def search_memories(
                 text_score=r.text_score,
                 importance=r.importance,
                 age_days=float(r.age_days),
-                embedding=_parse_vector(r.embedding),
+                embedding=r.embedding,
             )
             for r in rows
         ]
         ranked = rank(found, weights or Weights(), limit)
         ids = [r.candidate.id for r in ranked]
-        if count_access:
-            await touch(s, ids)
-        records = await fetch_records(s, ids)
+        records = await (fetch_touched if count_access else fetch_records)(s, ids)
     results = [
         SearchResult(record=records[r.candidate.id], score=round(r.score, 8), why=explain(r))
         for r in ranked

@@ -9,12 +9,13 @@ the same data in the same run.
 from __future__ import annotations
 
 from sqlalchemy import Row, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.principal import Principal
 from app.db.engine import Database
 from app.memory.embedders import Embedder
 from app.memory.ranking import Candidate, Weights, rank
-from app.memory.search import configure_hnsw, vector_literal
+from app.memory.search import vector_literal
 from app.memory.store import fetch_records, touch
 
 OLD_CANDIDATES = """
@@ -43,6 +44,17 @@ SELECT coalesce(v.id, t.id) AS id, v.vector_rank, 1 - v.distance AS vector_simil
        extract(epoch FROM now() - coalesce(v.updated_at, t.updated_at)) / 86400.0 AS age_days,
        coalesce(v.embedding, t.embedding)::text AS embedding
 FROM vec_ranked v FULL JOIN txt_ranked t ON t.id = v.id"""
+
+
+async def configure_hnsw(session: AsyncSession, ef_search: int) -> None:
+    """Per-transaction pgvector settings, as the app set them before 0017."""
+    await session.execute(
+        text(
+            "SELECT set_config('hnsw.ef_search', :ef, true), "
+            "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        ),
+        {"ef": str(ef_search)},
+    )
 
 
 async def old_candidates(

@@ -52,7 +52,6 @@ from app.db.migrate import upgrade_to_head  # noqa: E402
 from app.memory.embedders import OfflineEmbedder, hash_embed  # noqa: E402
 from app.memory.search import (  # noqa: E402
     CANDIDATES,
-    configure_hnsw,
     search_memories,
     vector_literal,
 )
@@ -236,11 +235,12 @@ async def _new_candidates(db: Database, who: Principal, query: str) -> list[Any]
         "embedder": EMBEDDER.name,
         "dim": DIM,
         "candidates": APP_CANDIDATES,
+        "ef_search": APP_EF_SEARCH,
         "agent_id": None,
         "tags": [],
+        "sync_commit": "on",
     }
     async with db.tenant(who) as s:
-        await configure_hnsw(s, APP_EF_SEARCH)
         return list((await s.execute(CANDIDATES, params)).all())
 
 

@@ -19,13 +19,14 @@
 -- policy still applies inside: same rows, the GIN index just goes unused again.
 --
 -- Returns the candidates fused like the statement it replaces: vector side (nearest `candidates`
--- of `embedder` at `dim`, HNSW with the caller's hnsw.* settings) FULL JOIN text side (best
+-- of `embedder` at `dim`, HNSW at `ef_search` with relaxed iterative scans) FULL JOIN text side (best
 -- `candidates` by ts_rank_cd, normalisation 1), with 1-based ranks on each side.
 
 CREATE FUNCTION public.agent_runtime_memory_candidates(
-  query text, qvec text, embedder text, dim integer, agent uuid, tags text[], candidates integer)
+  query text, qvec text, embedder text, dim integer, agent uuid, tags text[], candidates integer,
+  ef_search integer)
 RETURNS TABLE (id uuid, vector_rank bigint, vector_similarity float8, text_rank bigint,
-               text_score real, importance real, age_days float8, embedding text)
+               text_score real, importance real, age_days float8, embedding real[])
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, public
 AS $fn$
@@ -38,8 +39,8 @@ BEGIN
     RAISE EXCEPTION 'memory search needs a tenant in request.jwt.claims'
       USING ERRCODE = 'insufficient_privilege';
   END IF;
-  IF dim IS NULL OR dim NOT BETWEEN 1 AND 16000 OR candidates IS NULL THEN
-    RAISE EXCEPTION 'memory search: bad dim or candidates' USING ERRCODE = 'invalid_parameter_value';
+  IF dim IS NULL OR dim NOT BETWEEN 1 AND 16000 OR candidates IS NULL OR ef_search IS NULL THEN
+    RAISE EXCEPTION 'memory search: bad dim, candidates or ef_search' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF agent IS NOT NULL THEN
     filters := filters || ' AND (e.agent_id = $5 OR e.agent_id IS NULL)';
@@ -51,6 +52,10 @@ BEGIN
     vec := 'SELECT NULL::uuid AS id, NULL::float8 AS distance, NULL::real AS importance,
               NULL::timestamptz AS updated_at, NULL::vector AS embedding WHERE false';
   ELSE
+    -- For the rest of the transaction, like app/memory/search.py configure_hnsw: keep scanning
+    -- the graph when the tenant or the filters drop rows.
+    PERFORM set_config('hnsw.ef_search', ef_search::text, true),
+            set_config('hnsw.iterative_scan', 'relaxed_order', true);
     -- Written exactly like the partial HNSW index of dimension `dim` so that index serves it.
     vec := format(
       'SELECT e.id, e.embedding::vector(%1$s) <=> CAST($3 AS vector(%1$s)) AS distance,
@@ -77,7 +82,7 @@ BEGIN
      SELECT coalesce(v.id, t.id), v.vector_rank, 1 - v.distance, t.text_rank, t.text_score,
             coalesce(v.importance, t.importance),
             (extract(epoch FROM now() - coalesce(v.updated_at, t.updated_at)) / 86400.0)::float8,
-            coalesce(v.embedding, t.embedding)::text
+            coalesce(v.embedding, t.embedding)::real[]
      FROM vec_ranked v FULL JOIN txt_ranked t ON t.id = v.id', vec, dim, filters)
     USING tenant, query, qvec, embedder, agent, tags, candidates;
 END

@@ -17,7 +17,6 @@ from app.memory.ranking import Weights
 from app.memory.search import (
     CANDIDATES,
     SearchResult,
-    configure_hnsw,
     search_memories,
     vector_literal,
 )
@@ -170,7 +169,6 @@ async def _index_scans(
 ) -> dict[str, int]:
     """Scans of each memory index while the candidate function runs once (this transaction)."""
     async with database.tenant(who) as s:
-        await configure_hnsw(s, 100)
         await s.execute(text(setup))  # tiny table: force the planner off sequential scans
         await s.execute(CANDIDATES, params)
         rows = await s.execute(
@@ -195,14 +193,23 @@ async def test_the_candidate_function_uses_the_hnsw_and_gin_indexes(
         "embedder": embedder.name,
         "dim": 256,
         "candidates": 5,
+        "ef_search": 100,
         "agent_id": None,
         "tags": [],
+        "sync_commit": "on",
     }
     scans = await _index_scans(database, alice, params, "SET LOCAL enable_seqscan = off")
     assert scans["agent_memory_entries_hnsw_256"] >= 1, scans
-    text_only = params | {"qvec": None}
-    off = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_indexscan', 'off', true)"
-    scans = await _index_scans(database, alice, text_only, off)
+    # The text side: with enough of the tenant's rows the planner prefers the GIN index by itself.
+    async with database.owner() as s:
+        await s.execute(
+            text(
+                "INSERT INTO agent_memory_entries (tenant_id, content) "
+                "SELECT 'acme', 'filler note ' || n FROM generate_series(1, 2000) n"
+            )
+        )
+        await s.execute(text("ANALYZE agent_memory_entries"))
+    scans = await _index_scans(database, alice, params | {"qvec": None}, "SELECT 1")
     assert scans["agent_memory_entries_tsv"] >= 1, list(scans.items())
 
 

@@ -68,8 +68,10 @@ async def call(s: AsyncSession, **overrides: Any) -> set[uuid.UUID]:
         "embedder": EMBEDDER.name,
         "dim": EMBEDDER.dimension,
         "candidates": 1000,
+        "ef_search": 100,
         "agent_id": None,
         "tags": [],
+        "sync_commit": "on",
     } | overrides
     return {r.id for r in await s.execute(CANDIDATES, params)}
 
