@@ -27,7 +27,7 @@ CREATE FUNCTION public.agent_runtime_memory_candidates(
   ef_search integer)
 RETURNS TABLE (id uuid, vector_rank bigint, vector_similarity float8, text_rank bigint,
                text_score real, importance real, age_days float8, embedding real[])
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER  -- volatile: it sets hnsw.* for the transaction
 SET search_path = pg_catalog, public
 AS $fn$
 DECLARE
@@ -40,7 +40,8 @@ BEGIN
       USING ERRCODE = 'insufficient_privilege';
   END IF;
   IF dim IS NULL OR dim NOT BETWEEN 1 AND 16000 OR candidates IS NULL OR ef_search IS NULL THEN
-    RAISE EXCEPTION 'memory search: bad dim, candidates or ef_search' USING ERRCODE = 'invalid_parameter_value';
+    RAISE EXCEPTION 'memory search: bad dim, candidates or ef_search'
+      USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF agent IS NOT NULL THEN
     filters := filters || ' AND (e.agent_id = $5 OR e.agent_id IS NULL)';
@@ -52,8 +53,8 @@ BEGIN
     vec := 'SELECT NULL::uuid AS id, NULL::float8 AS distance, NULL::real AS importance,
               NULL::timestamptz AS updated_at, NULL::vector AS embedding WHERE false';
   ELSE
-    -- For the rest of the transaction, like app/memory/search.py configure_hnsw: keep scanning
-    -- the graph when the tenant or the filters drop rows.
+    -- For the rest of the transaction: the graph's search width, and keep scanning the graph
+    -- when other tenants' rows or the filters drop rows.
     PERFORM set_config('hnsw.ef_search', ef_search::text, true),
             set_config('hnsw.iterative_scan', 'relaxed_order', true);
     -- Written exactly like the partial HNSW index of dimension `dim` so that index serves it.
