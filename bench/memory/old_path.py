@@ -2,8 +2,8 @@
 
 One statement under RLS (`Database.tenant`): the HNSW vector side and the full-text side, which
 RLS kept off the GIN index (`@@` is not leakproof), fused like today; then the same ranking,
-access update and record fetch as `search_memories`. Kept here only to time old against new on
-the same data in the same run.
+and the access update and record fetch of today's store (`touch`, `fetch_records`). Kept here only
+to time old against new on the same data in the same run.
 """
 
 from __future__ import annotations

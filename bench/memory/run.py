@@ -14,7 +14,9 @@ for the big tenant and for a small tenant (query i goes to small tenant 1 + i mo
 * recall@10 of the vector top 10 each path fuses (the entries it ranks 1-10 on its vector side)
   against the exact top 10 of the tenant (sequential scan): |hits| / 10, an entry tied with the
   exact 10th counts as a hit;
-* same top 10: share of queries whose final 10 results (ids, in order) are equal old vs new.
+* same top 10: share of queries whose final 10 results (ids, in order) are equal old vs new;
+* the candidate function alone: a transaction (role + claims) with just the new candidate call,
+  to tell the database's part of a search from the rest (ranking in Python, round trips).
 
 Every latency includes the transaction the app opens (role + JWT claims).
 
@@ -274,7 +276,9 @@ async def measure(url: str, corpus: Corpus, queries: int, small: int) -> dict[st
                             db, who, EMBEDDER, query, APP_CANDIDATES, APP_EF_SEARCH
                         )
                     out.setdefault(f"{kind}_{path}_ms", []).append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
                 new_rows = await _new_candidates(db, who, query)
+                out.setdefault(f"{kind}_fn_ms", []).append((time.perf_counter() - t) * 1000)
                 old_rows = await old_candidates(
                     db, who, EMBEDDER, query, APP_CANDIDATES, APP_EF_SEARCH
                 )
@@ -331,14 +335,15 @@ def main() -> None:
     )
     print(
         "| tenant | entries | old p50 / p95 ms | new p50 / p95 ms | old ÷ new p50 "
-        "| recall@10 old | recall@10 new | same top 10 |"
+        "| new: candidate function alone p50 / p95 ms | recall@10 old | recall@10 new "
+        "| same top 10 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind, size in (("big", args.big), ("small", args.small_size)):
         old, new = m[f"{kind}_old_ms"], m[f"{kind}_new_ms"]
         print(
             f"| {kind} | {size:,} | {_p(old)} | {_p(new)} "
-            f"| {_pct(old, 50) / _pct(new, 50):.1f}× "
+            f"| {_pct(old, 50) / _pct(new, 50):.1f}× | {_p(m[f'{kind}_fn_ms'])} "
             f"| {statistics.mean(m[f'{kind}_old_recall']):.3f} "
             f"| {statistics.mean(m[f'{kind}_new_recall']):.3f} "
             f"| {statistics.mean(m[f'{kind}_same']):.2f} |"
