@@ -237,7 +237,7 @@ class Settings(BaseSettings):
         description="MMR trade-off: 1 = relevance only, lower = more diversity.",
     )
     memory_hnsw_ef_search: int = Field(
-        default=200,
+        default=300,
         ge=1,
         le=1000,
         description="pgvector `hnsw.ef_search` for memory search (higher: better recall, slower; "

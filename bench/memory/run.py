@@ -1,28 +1,27 @@
-"""Memory benchmark: HNSW vector search and full hybrid search at 10k and 100k entries.
+"""Memory benchmark: hybrid search with 1,000 tenants, old path (RLS) against new (definer fn).
 
 A synthetic corpus (deterministic: topic vocabularies of pseudo-words, Zipf-ish sampling) is
-embedded with the offline embedder (256 dims, two processes), bulk-loaded with COPY into a fresh
-database, and the HNSW index is built after loading. Then, as one tenant through RLS like the app:
+embedded with the offline embedder (256 dims, two processes) and bulk-loaded with COPY into a
+fresh database: one big tenant (`--big`, 100k entries) and `--small-tenants` (999) small ones of
+`--small-size` (30) entries each; the HNSW index is built after loading. Then, query by query,
+for the big tenant and for a small tenant (query i goes to small tenant 1 + i mod N):
 
-* ANN: the app's vector-side query (`embedding::vector(256) <=> q`) on the HNSW index with
-  iterative scans, fetching the app's 50 candidates, at several `hnsw.ef_search`; recall@10 =
-  |10 nearest of those ∩ exact top 10| / 10 (an entry tied with the exact 10th counts as a hit),
-  averaged over the queries;
-* exact: the same query with `SET LOCAL enable_indexscan = off` (sequential scan, exact order);
-* full-text side: the app's text candidates alone (websearch_to_tsquery + ts_rank_cd, top 50);
-* hybrid: the whole `search_memories` with the default settings (query embedding, 50 vector + 50
-  text candidates, RRF, weights, MMR, access-count update), limit 10;
-* app recall@10: the same recall, but of the entries the app's own candidate statement
-  (`candidates_sql`, as `search_memories` runs it: the default ef_search, relaxed iterative scan, 50
-  vector candidates) ranks 1-10 on its vector side — the vector top 10 the app fuses.
+* new: the whole `search_memories` with the app's defaults (query embedding, the candidate
+  function `agent_runtime_memory_candidates` of migration 0017, RRF, weights, MMR, access-count
+  update, record fetch), limit 10;
+* old: the same search as it ran before 0017 (`old_path.py`: one statement under RLS, which kept
+  the full-text side off the GIN index), in the same run on the same data, order alternating;
+* recall@10 of the vector top 10 each path fuses (the entries it ranks 1-10 on its vector side)
+  against the exact top 10 of the tenant (sequential scan): |hits| / 10, an entry tied with the
+  exact 10th counts as a hit;
+* same top 10: share of queries whose final 10 results (ids, in order) are equal old vs new;
+* the candidate function alone: a transaction (role + claims) with just the new candidate call,
+  to tell the database's part of a search from the rest (ranking in Python, round trips).
 
-Every latency includes the transaction the app opens (role + JWT claims for RLS). Because the
-machines are shared and noisy, the ratio columns divide, query by query, the hybrid search's and
-the ANN query's (at the app's ef_search) latency by the exact scan's in the same run, and report
-the median of those ratios.
+Every latency includes the transaction the app opens (role + JWT claims).
 
-    .venv/bin/python bench/memory/run.py                 # 10k then 100k
-    .venv/bin/python bench/memory/run.py --sizes 10000 --queries 50
+    .venv/bin/python bench/memory/run.py
+    .venv/bin/python bench/memory/run.py --big 10000 --small-tenants 99 --queries 50
 """
 
 from __future__ import annotations
@@ -54,20 +53,17 @@ from app.db.engine import Database  # noqa: E402
 from app.db.migrate import upgrade_to_head  # noqa: E402
 from app.memory.embedders import OfflineEmbedder, hash_embed  # noqa: E402
 from app.memory.search import (  # noqa: E402
-    candidates_sql,
-    configure_hnsw,
+    CANDIDATES,
     search_memories,
-    text_sql,
     vector_literal,
-    vector_sql,
 )
+from bench.memory.old_path import old_candidates, old_search  # noqa: E402
 
 DIM = 256
 # What search_memories uses by default:
 APP_EF_SEARCH: int = Settings.model_fields["memory_hnsw_ef_search"].default
 APP_CANDIDATES: int = Settings.model_fields["memory_search_candidates"].default
 EMBEDDER = OfflineEmbedder(DIM)
-TENANT = Principal(user_id="bench", tenant_id="bench-0")
 HNSW = (
     "CREATE INDEX agent_memory_entries_hnsw_256 ON agent_memory_entries "
     "USING hnsw ((embedding::vector(256)) vector_cosine_ops) WHERE embedding_dim = 256"
@@ -151,11 +147,17 @@ def _connect(url: str) -> psycopg.Connection[Any]:
     )
 
 
-def load(url: str, corpus: Corpus, start: int, stop: int, tenants: int) -> tuple[float, float]:
-    """Embed and COPY entries [start, stop), then (re)build the HNSW index; (load s, build s)."""
+def tenant_of(i: int, big: int, small_size: int) -> str:
+    """Entry i's tenant: bench-0 holds the first `big`, then `small_size` each."""
+    return "bench-0" if i < big else f"bench-{1 + (i - big) // small_size}"
+
+
+def load(url: str, corpus: Corpus, big: int, small: int, small_size: int) -> tuple[float, float]:
+    """Embed and COPY every entry, then build the HNSW index; (load s, build s)."""
+    total = big + small * small_size
     t0 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        rows = pool.imap(_embed_row, ((i, corpus.entry(i)) for i in range(start, stop)), 500)
+        rows = pool.imap(_embed_row, ((i, corpus.entry(i)) for i in range(total)), 500)
         with _connect(url) as conn:
             conn.execute("DROP INDEX IF EXISTS agent_memory_entries_hnsw_256")
             with (
@@ -168,7 +170,7 @@ def load(url: str, corpus: Corpus, start: int, stop: int, tenants: int) -> tuple
                 for i, content, vector in rows:
                     copy.write_row(
                         (
-                            f"bench-{i % tenants}",
+                            tenant_of(i, big, small_size),
                             content,
                             [f"t{i % 20}"],
                             ((i * 31) % 100) / 100,
@@ -198,18 +200,19 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))]
 
 
-async def _timed(
-    db: Database, sql: Any, params: dict[str, Any], setup: list[str]
-) -> tuple[float, list[Any]]:
-    t = time.perf_counter()
-    async with db.tenant(TENANT) as s:
-        for statement in setup:
-            await s.execute(text(statement))
-        rows = (await s.execute(sql, params)).all()
-    ms = (time.perf_counter() - t) * 1000
-    if rows and "distance" in rows[0]._fields:  # best first (relaxed_order may emit out of order)
-        return ms, sorted(r.distance for r in rows)
-    return ms, [r.id for r in rows]
+async def _exact(db: Database, tenant: str, qvec: str) -> list[float]:
+    """The tenant's exact 10 smallest distances (no HNSW), as the owner."""
+    async with db.owner() as s:
+        await s.execute(text("SET LOCAL enable_indexscan = off"))
+        rows = await s.execute(
+            text(
+                "SELECT embedding::vector(256) <=> CAST(:q AS vector(256)) AS d "
+                "FROM agent_memory_entries WHERE tenant_id = :t AND embedding_dim = 256 "
+                "ORDER BY 1 LIMIT 10"
+            ),
+            {"q": qvec, "t": tenant},
+        )
+        return [r.d for r in rows]
 
 
 def _recall(ann: list[float], exact: list[float], k: int = 10) -> float:
@@ -220,66 +223,70 @@ def _recall(ann: list[float], exact: list[float], k: int = 10) -> float:
     return sum(1 for d in ann[:k] if d <= bound) / min(k, len(exact))
 
 
-async def _app_vector_top10(db: Database, params: dict[str, Any]) -> list[float]:
-    """Distances of the entries the app's candidate statement ranks 1-10 on its vector side."""
-    async with db.tenant(TENANT) as s:
-        await configure_hnsw(s, APP_EF_SEARCH)
-        rows = (await s.execute(text(candidates_sql(DIM)), params)).all()
+def _vector_top10(rows: list[Any]) -> list[float]:
+    """Distances of the entries a candidate set ranks 1-10 on its vector side."""
     ranked = sorted((r.vector_rank, 1.0 - r.vector_similarity) for r in rows if r.vector_rank)
     return [distance for rank, distance in ranked if rank <= 10]
 
 
-async def measure(
-    url: str, corpus: Corpus, queries: int, efs: list[int], candidates: int
-) -> dict[str, Any]:
-    """Latencies (ms): ANN per ef_search (with recall@10 against exact), exact, full text, hybrid.
+async def _new_candidates(db: Database, who: Principal, query: str) -> list[Any]:
+    qvec = (await EMBEDDER.embed([query], "query"))[0]
+    params = {
+        "query": query,
+        "qvec": vector_literal(qvec),
+        "embedder": EMBEDDER.name,
+        "dim": DIM,
+        "candidates": APP_CANDIDATES,
+        "ef_search": APP_EF_SEARCH,
+        "agent_id": None,
+        "tags": [],
+        "sync_commit": "on",
+    }
+    async with db.tenant(who) as s:
+        return list((await s.execute(CANDIDATES, params)).all())
 
-    Also the app's own recall@10 and, per query, hybrid/exact and ANN/exact latency ratios.
-    """
+
+async def measure(url: str, corpus: Corpus, queries: int, small: int) -> dict[str, list[float]]:
+    """Per tenant kind (big, small): old/new latencies (ms), recall@10, same-top-10 flags."""
     db = Database(url, pool_size=2)
-    vector = text(vector_sql(DIM))
-    fulltext = text(text_sql(DIM))
-    out: dict[str, Any] = {"exact": [], "text": [], "hybrid": [], "app_recall": []}
-    out |= {"hybrid_ratio": [], "ann_ratio": []}
-    out |= {f"ann{ef}": [] for ef in efs} | {f"recall{ef}": [] for ef in efs}
+    out: dict[str, list[float]] = {}
     try:
         for i in range(queries):
             query = corpus.query(i)
-            params = {
-                "qvec": vector_literal(hash_embed(query, DIM)),
-                "embedder": EMBEDDER.name,
-                "candidates": 10,
-                "query": query,
-            }
-            exact_ms, exact = await _timed(db, vector, params, ["SET LOCAL enable_indexscan = off"])
-            out["exact"].append(exact_ms)
-            for ef in efs:
-                setup = [
-                    f"SET LOCAL hnsw.ef_search = {ef}",
-                    "SET LOCAL hnsw.iterative_scan = relaxed_order",
-                ]
-                ms, ann = await _timed(db, vector, params | {"candidates": candidates}, setup)
-                out[f"ann{ef}"].append(ms)
-                out[f"recall{ef}"].append(_recall(ann, exact))
-                if ef == APP_EF_SEARCH:
-                    out["ann_ratio"].append(ms / exact_ms)
-            ms, _ = await _timed(db, fulltext, params | {"candidates": 50}, [])
-            out["text"].append(ms)
-            t = time.perf_counter()
-            await search_memories(  # the app's defaults
-                db,
-                TENANT,
-                EMBEDDER,
-                query,
-                limit=10,
-                candidates=APP_CANDIDATES,
-                ef_search=APP_EF_SEARCH,
-            )
-            ms = (time.perf_counter() - t) * 1000
-            out["hybrid"].append(ms)
-            out["hybrid_ratio"].append(ms / exact_ms)
-            app_params = params | {"candidates": APP_CANDIDATES, "agent_id": None, "tags": []}
-            out["app_recall"].append(_recall(await _app_vector_top10(db, app_params), exact))
+            qvec = vector_literal(hash_embed(query, DIM))
+            for kind, tenant in (("big", "bench-0"), ("small", f"bench-{1 + i % small}")):
+                who = Principal(user_id="bench", tenant_id=tenant)
+                exact = await _exact(db, tenant, qvec)
+                ids: dict[str, list[str]] = {}
+                for path in ("new", "old") if i % 2 else ("old", "new"):
+                    t = time.perf_counter()
+                    if path == "new":
+                        found = await search_memories(
+                            db,
+                            who,
+                            EMBEDDER,
+                            query,
+                            limit=10,
+                            candidates=APP_CANDIDATES,
+                            ef_search=APP_EF_SEARCH,
+                        )
+                        ids[path] = [str(r.record.id) for r in found.results]
+                    else:
+                        ids[path] = await old_search(
+                            db, who, EMBEDDER, query, APP_CANDIDATES, APP_EF_SEARCH
+                        )
+                    out.setdefault(f"{kind}_{path}_ms", []).append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                new_rows = await _new_candidates(db, who, query)
+                out.setdefault(f"{kind}_fn_ms", []).append((time.perf_counter() - t) * 1000)
+                old_rows = await old_candidates(
+                    db, who, EMBEDDER, query, APP_CANDIDATES, APP_EF_SEARCH
+                )
+                for path, rows in (("new", new_rows), ("old", old_rows)):
+                    out.setdefault(f"{kind}_{path}_recall", []).append(
+                        _recall(_vector_top10(rows), exact)
+                    )
+                out.setdefault(f"{kind}_same", []).append(float(ids["old"] == ids["new"]))
     finally:
         await db.dispose()
     return out
@@ -293,20 +300,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--sizes", default="10000,100000", help="cumulative entry counts")
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument(
-        "--ef-search",
-        default="40,100,200",
-        help=f"hnsw.ef_search values (include the app's {APP_EF_SEARCH} for the ANN ratio)",
-    )
-    parser.add_argument("--tenants", type=int, default=1, help="spread entries over N tenants")
-    parser.add_argument(
-        "--candidates", type=int, default=50, help="vector candidates fetched (the app's default)"
-    )
+    parser.add_argument("--big", type=int, default=100_000, help="entries of the big tenant")
+    parser.add_argument("--small-tenants", type=int, default=999)
+    parser.add_argument("--small-size", type=int, default=30, help="entries per small tenant")
+    parser.add_argument("--queries", type=int, default=200, help="per tenant kind")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    efs = [int(e) for e in args.ef_search.split(",")]
 
     data_dir = Path(tempfile.mkdtemp(prefix="artm-", dir="/tmp"))
     pg = None
@@ -314,7 +312,6 @@ def main() -> None:
     if not server_url:
         pg = EmbeddedPostgres(data_dir)
         server_url = pg.start()
-    rows: list[str] = []
     try:
         with _connect(server_url) as conn:
             conn.execute("DROP DATABASE IF EXISTS bench_memory WITH (FORCE)")
@@ -323,44 +320,34 @@ def main() -> None:
             make_url(server_url).set(database="bench_memory").render_as_string(hide_password=False)
         )
         upgrade_to_head(url)
-        corpus = Corpus()
-        done = 0
-        for size in sizes:
-            loaded, built = load(url, corpus, done, size, args.tenants)
-            done = size
-            print(
-                f"{size} entries: loaded in {loaded:.1f}s, HNSW built in {built:.1f}s", flush=True
-            )
-            m = asyncio.run(measure(url, corpus, args.queries, efs, args.candidates))
-            ann = " | ".join(
-                f"{_p(m[f'ann{ef}'])} ({statistics.mean(m[f'recall{ef}']):.3f})" for ef in efs
-            )
-            ann_ratio = f"{statistics.median(m['ann_ratio']):.2f}" if m["ann_ratio"] else "n/a"
-            rows.append(
-                f"| {size:,} | {loaded:.0f} / {built:.0f} | {ann} | {_p(m['exact'])} "
-                f"| {_p(m['text'])} | {_p(m['hybrid'])} "
-                f"| {statistics.mean(m['app_recall']):.3f} "
-                f"| {statistics.median(m['hybrid_ratio']):.2f} | {ann_ratio} |"
-            )
-            print(rows[-1], flush=True)
+        loaded, built = load(url, Corpus(), args.big, args.small_tenants, args.small_size)
+        print(f"loaded in {loaded:.1f}s, HNSW built in {built:.1f}s", flush=True)
+        m = asyncio.run(measure(url, Corpus(), args.queries, args.small_tenants))
     finally:
         if pg is not None:
             pg.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
 
     print(
-        f"\nqueries={args.queries} tenants={args.tenants} dim={DIM} embedder={EMBEDDER.name} "
-        f"ann_candidates={args.candidates} cpus={os.cpu_count()}\n"
+        f"\nbig={args.big} small_tenants={args.small_tenants}x{args.small_size} "
+        f"queries={args.queries} per kind, dim={DIM} embedder={EMBEDDER.name} "
+        f"candidates={APP_CANDIDATES} ef_search={APP_EF_SEARCH} cpus={os.cpu_count()}\n"
     )
-    ann_heads = " | ".join(f"ANN ef_search={ef}: p50 / p95 ms (recall@10)" for ef in efs)
     print(
-        f"| entries | load / HNSW build (s) | {ann_heads} | exact top-10 p50 / p95 ms "
-        "| full-text side p50 / p95 ms | hybrid search p50 / p95 ms "
-        "| app vector top-10 recall@10 | hybrid ÷ exact (median) "
-        f"| ANN ef={APP_EF_SEARCH} ÷ exact (median) |"
+        "| tenant | entries | old p50 / p95 ms | new p50 / p95 ms | old ÷ new p50 "
+        "| new: candidate function alone p50 / p95 ms | recall@10 old | recall@10 new "
+        "| same top 10 |"
     )
-    print("|---" * (9 + len(efs) - 1) + "|")
-    print("\n".join(rows))
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind, size in (("big", args.big), ("small", args.small_size)):
+        old, new = m[f"{kind}_old_ms"], m[f"{kind}_new_ms"]
+        print(
+            f"| {kind} | {size:,} | {_p(old)} | {_p(new)} "
+            f"| {_pct(old, 50) / _pct(new, 50):.1f}× | {_p(m[f'{kind}_fn_ms'])} "
+            f"| {statistics.mean(m[f'{kind}_old_recall']):.3f} "
+            f"| {statistics.mean(m[f'{kind}_new_recall']):.3f} "
+            f"| {statistics.mean(m[f'{kind}_same']):.2f} |"
+        )
 
 
 if __name__ == "__main__":

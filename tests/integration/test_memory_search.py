@@ -15,11 +15,10 @@ from app.db.models import Agent
 from app.memory.embedders import Embedder, OfflineEmbedder
 from app.memory.ranking import Weights
 from app.memory.search import (
+    CANDIDATES,
     SearchResult,
-    configure_hnsw,
     search_memories,
     vector_literal,
-    vector_sql,
 )
 from app.memory.store import MemoryStore
 from tests.integration.memory_support import ConceptEmbedder, FailingEmbedder
@@ -165,30 +164,53 @@ async def test_mmr_removes_near_duplicates(database: Database, alice: Principal)
     assert diverse[1].why["mmrMaxSimilarity"] < 0.9
 
 
-async def test_vector_query_uses_the_partial_hnsw_index(
+async def _index_scans(
+    database: Database, who: Principal, params: dict[str, Any], setup: str
+) -> dict[str, int]:
+    """Scans of each memory index while the candidate function runs once (this transaction)."""
+    async with database.tenant(who) as s:
+        await s.execute(text(setup))  # tiny table: force the planner off sequential scans
+        await s.execute(CANDIDATES, params)
+        rows = await s.execute(
+            text(
+                "SELECT indexrelid::regclass::text AS name, pg_stat_get_xact_numscans(indexrelid) "
+                "AS scans FROM pg_index WHERE indrelid = 'agent_memory_entries'::regclass"
+            )
+        )
+        return {r.name: r.scans for r in rows}
+
+
+async def test_the_candidate_function_uses_the_hnsw_and_gin_indexes(
     database: Database, alice: Principal
 ) -> None:
+    # Under RLS the GIN index could not serve `@@` (not leakproof); the definer function can.
     embedder = OfflineEmbedder()
     await store_all(database, alice, embedder, CORPUS)
     qvec = vector_literal((await embedder.embed(["replication"], "query"))[0])
-    async with database.tenant(alice) as s:
-        await configure_hnsw(s, 100)
-        await s.execute(text("SET LOCAL enable_seqscan = off"))  # tiny table: force the choice
-        plan = "\n".join(
-            (
-                await s.execute(
-                    text("EXPLAIN " + vector_sql(256, agent=True, tags=True)),
-                    {
-                        "qvec": qvec,
-                        "embedder": embedder.name,
-                        "candidates": 5,
-                        "agent_id": None,
-                        "tags": [],
-                    },
-                )
-            ).scalars()
+    params = {
+        "query": "replication",
+        "qvec": qvec,
+        "embedder": embedder.name,
+        "dim": 256,
+        "candidates": 5,
+        "ef_search": 100,
+        "agent_id": None,
+        "tags": [],
+        "sync_commit": "on",
+    }
+    scans = await _index_scans(database, alice, params, "SET LOCAL enable_seqscan = off")
+    assert scans["agent_memory_entries_hnsw_256"] >= 1, scans
+    # The text side: with enough of the tenant's rows the planner prefers the GIN index by itself.
+    async with database.owner() as s:
+        await s.execute(
+            text(
+                "INSERT INTO agent_memory_entries (tenant_id, content) "
+                "SELECT 'acme', 'filler note ' || n FROM generate_series(1, 2000) n"
+            )
         )
-    assert "agent_memory_entries_hnsw_256" in plan, plan
+        await s.execute(text("ANALYZE agent_memory_entries"))
+    scans = await _index_scans(database, alice, params | {"qvec": None}, "SELECT 1")
+    assert scans["agent_memory_entries_tsv"] >= 1, list(scans.items())
 
 
 async def test_search_counts_access(database: Database, alice: Principal) -> None:
