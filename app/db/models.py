@@ -22,6 +22,7 @@ from sqlalchemy import (
     Identity,
     Integer,
     LargeBinary,
+    SmallInteger,
     Text,
     func,
 )
@@ -429,11 +430,13 @@ class TenantQuota(Base):
 
 
 class TenantUsageDaily(Base):
-    """A tenant's model tokens (and runs started) per UTC day."""
+    """A tenant's model tokens (and runs started) per UTC day, summed over its shard rows."""
 
     __tablename__ = "tenant_usage_daily"
     tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default="0")
+    """One of 16 rows per tenant and day (migration 0022): a writer adds to a random one."""
     input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     runs: Mapped[int] = mapped_column(Integer, server_default="0")

@@ -19,10 +19,10 @@ WITH session_context AS (
   WHERE id = :session_id AND CAST(:context_window AS integer) IS NOT NULL
 ),
 daily AS (
-  INSERT INTO tenant_usage_daily (tenant_id, day, input_tokens, output_tokens, runs)
-  VALUES (:tenant_id, (now() AT TIME ZONE 'UTC')::date,
+  INSERT INTO tenant_usage_daily (tenant_id, day, shard, input_tokens, output_tokens, runs)
+  VALUES (:tenant_id, (now() AT TIME ZONE 'UTC')::date, floor(random() * 16)::smallint,
           CAST(:input_tokens AS bigint), CAST(:output_tokens AS bigint), 0)
-  ON CONFLICT (tenant_id, day) DO UPDATE SET
+  ON CONFLICT (tenant_id, day, shard) DO UPDATE SET
     input_tokens = tenant_usage_daily.input_tokens + excluded.input_tokens,
     output_tokens = tenant_usage_daily.output_tokens + excluded.output_tokens
 )

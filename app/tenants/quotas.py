@@ -160,7 +160,7 @@ async def tokens_today(s: AsyncSession, tenant_id: str) -> tuple[int, datetime]:
         await s.execute(
             select(
                 func.coalesce(
-                    select(TenantUsageDaily.input_tokens + TenantUsageDaily.output_tokens)
+                    select(func.sum(TenantUsageDaily.input_tokens + TenantUsageDaily.output_tokens))
                     .where(
                         TenantUsageDaily.tenant_id == tenant_id,
                         TenantUsageDaily.day == func.date(func.timezone("UTC", func.now())),
@@ -252,12 +252,16 @@ def refusal_of(limits: Limits, c: Counts) -> QuotaExceededError | None:
 async def add_tokens(
     s: AsyncSession, tenant_id: str, input_tokens: int, output_tokens: int, runs: int = 0
 ) -> None:
-    """Add a model call's tokens (or a new run) to the tenant's day (UTC, database time)."""
+    """Add a model call's tokens (or a new run) to the tenant's day (UTC, database time), in one
+    of the day's 16 shard rows picked at random (concurrent writers rarely wait for each other;
+    readers sum the shards)."""
     await s.execute(
         text(
-            "INSERT INTO tenant_usage_daily (tenant_id, day, input_tokens, output_tokens, runs) "
-            "VALUES (:tenant_id, (now() AT TIME ZONE 'UTC')::date, :inp, :out, :runs) "
-            "ON CONFLICT (tenant_id, day) DO UPDATE SET "
+            "INSERT INTO tenant_usage_daily "
+            "(tenant_id, day, shard, input_tokens, output_tokens, runs) "
+            "VALUES (:tenant_id, (now() AT TIME ZONE 'UTC')::date, floor(random() * 16)::smallint, "
+            ":inp, :out, :runs) "
+            "ON CONFLICT (tenant_id, day, shard) DO UPDATE SET "
             "input_tokens = tenant_usage_daily.input_tokens + excluded.input_tokens, "
             "output_tokens = tenant_usage_daily.output_tokens + excluded.output_tokens, "
             "runs = tenant_usage_daily.runs + excluded.runs"
