@@ -12,7 +12,9 @@ each part in a fresh database of it, in one sitting.
     its previous run's finish committed). Then the same on bare asyncpg: the same two
     statements prepared, the claim in one round trip as the worker role, each finish in its
     tenant's transaction (BEGIN, role and claims, finish_run, COMMIT): the queue's SQL without
-    the app's database layer (SQLAlchemy, the pool's pre-ping).
+    the app's database layer (SQLAlchemy, the pool's pre-ping); and once more with the finishes
+    of each claimed batch in one transaction (one commit per batch, as pgqueuer buffers its
+    completions): what the per-run commit costs.
 (b) pgqueuer: the same number of no-op jobs drained by as many pgqueuer consumers with the same
     batch size (its benchmark's drain strategy: `tools/benchmark.py --strategy drain`), in a
     throwaway venv (`--pgq-venv`, created with pip install pgqueuer asyncpg uvloop if missing;
@@ -20,11 +22,11 @@ each part in a fresh database of it, in one sitting.
 (c) Claim cost: an empty claim (every lane busy) at 400 and at 40,000 queued runs (10 per
     session, 10 tenants), and a claim in a session with 1,000 finished runs and with 3: the
     median wall time of `RunQueue.claim_next` (its transaction and commit, the lane trigger
-    included) over `--repeat` claims, and the median EXPLAIN ANALYZE execution time of the
-    claim statement alone (rolled back); the same statements of git revision `--against` (the
-    claim before the lane-head table) are explained beside it.
+    included) over `--repeat` claims after a VACUUM ANALYZE, and the median EXPLAIN ANALYZE
+    execution time of the claim statement alone (rolled back); the same statements of git
+    revision `--against` (the claim before the lane-head table) are explained beside it.
 
-    .venv/bin/python bench/queue/claim.py --jobs 20000 --consumers 5 --batch 10
+    .venv/bin/python bench/queue/claim.py --jobs 10000 --sessions 1000 --repeat 20
 """
 
 from __future__ import annotations
@@ -167,6 +169,21 @@ def _fresh_database(server_url: str, name: str, *, migrate: bool = True) -> str:
     return url
 
 
+def _vacuum(url: str) -> None:
+    """VACUUM ANALYZE the database (as autovacuum would have by then): the setup's updates
+    leave dead entries in the partial indexes, which a claim would otherwise step over."""
+    u = make_url(url)
+    with psycopg.connect(
+        dbname=u.database,
+        user=u.username,
+        password=u.password,
+        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
+        port=u.port,
+        autocommit=True,
+    ) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
 async def _backlog(
     db: Database,
     tenant: str,
@@ -278,7 +295,9 @@ def _numbered(name: str) -> tuple[str, list[str]]:
     return re.sub(r"(?<![:\w]):(\w+)", number, query(name).text), names
 
 
-async def _throughput_raw(url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _throughput_raw(
+    url: str, args: argparse.Namespace, *, one_commit: bool = False
+) -> dict[str, Any]:
     """(a) again with the same two statements on bare asyncpg (prepared): the claim in one round
     trip as the worker role, the finish in a transaction as the run's tenant (BEGIN, set role and
     claims, finish_run, COMMIT): what the queue's SQL costs without the app's database layer."""
@@ -315,6 +334,11 @@ async def _throughput_raw(url: str, args: argparse.Namespace) -> dict[str, Any]:
     finished = 0
 
     async def finish(row: Any, worker: str) -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            await finish_on(conn, row, worker)
+
+    async def finish_on(conn: Any, row: Any, worker: str) -> None:
+        """finish_run of `row` as its tenant, in the transaction open on `conn`."""
         nonlocal finished
         values = {
             "run_id": row["id"],
@@ -325,9 +349,8 @@ async def _throughput_raw(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "error": None,
         }
         who = Principal(user_id=row["user_id"], tenant_id=row["tenant_id"], role="service")
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(SET_TENANT, json.dumps(who.db_claims()))
-            done = await conn.fetchrow(finish_sql, *(values[n] for n in finish_names))
+        await conn.execute(SET_TENANT, json.dumps(who.db_claims()))
+        done = await conn.fetchrow(finish_sql, *(values[n] for n in finish_names))
         assert done is not None, f"lease on {row['id']} lost"
         finished += 1
 
@@ -348,7 +371,12 @@ async def _throughput_raw(url: str, args: argparse.Namespace) -> dict[str, Any]:
             idle = 0
             for row in rows:
                 order[row["session_id"]].append(row["id"])
-            await asyncio.gather(*(finish(row, worker) for row in rows))
+            if one_commit:  # the batch's finishes in one transaction: one commit per batch
+                async with pool.acquire() as conn, conn.transaction():
+                    for row in rows:
+                        await finish_on(conn, row, worker)
+            else:
+                await asyncio.gather(*(finish(row, worker) for row in rows))
 
     try:
         began = time.perf_counter()
@@ -486,10 +514,10 @@ async def _cost(server_url: str, args: argparse.Namespace) -> list[tuple[str, di
                 await _backlog(db, f"tenant-{t}", queued // 100, 11)
             async with db.owner() as s:
                 await s.execute(BUSY_EVERY_LANE)
-                await s.execute(text("ANALYZE"))
                 left = await s.scalar(
                     text("SELECT count(*) FROM agent_run_queue WHERE status = 'queued'")
                 )
+            _vacuum(url)
             result = await _variants(db, old, args.repeat)
             result["wall"] = await _timed_claims(db, args.repeat, requeue=False)
             rows.append((f"empty claim, every lane busy, {left} queued", result))
@@ -521,7 +549,7 @@ async def _cost(server_url: str, args: argparse.Namespace) -> list[tuple[str, di
                         )
                     )
                 )
-                await s.execute(text("ANALYZE"))
+            _vacuum(url)
             result = await _variants(db, old, args.repeat)
             result["wall"] = await _timed_claims(db, args.repeat, requeue=True)
             rows.append((f"claim in a session with {history} finished runs", result))
@@ -538,6 +566,10 @@ async def _main(server_url: str, args: argparse.Namespace, data_dir: Path) -> No
     print(f"agent-runtime: {ours}", file=sys.stderr)
     raw = await _throughput_raw(_fresh_database(server_url, "bench_claim_raw"), args)
     print(f"agent-runtime, bare asyncpg: {raw}", file=sys.stderr)
+    one = await _throughput_raw(
+        _fresh_database(server_url, "bench_claim_one_commit"), args, one_commit=True
+    )
+    print(f"agent-runtime, bare asyncpg, one commit per batch: {one}", file=sys.stderr)
     pgq = _pgqueuer(server_url, args, data_dir)
     print(f"pgqueuer: {pgq}", file=sys.stderr)
     cost = await _cost(server_url, args)
@@ -554,14 +586,20 @@ async def _main(server_url: str, args: argparse.Namespace, data_dir: Path) -> No
         f"| agent-runtime claim_runs + finish_run, bare asyncpg | {raw['jobs']} | "
         f"{raw['wall']:.2f} | {raw['rate']:.0f} |"
     )
+    print(
+        f"| the same, the batch's finishes in one transaction | {one['jobs']} | "
+        f"{one['wall']:.2f} | {one['rate']:.0f} |"
+    )
     print(f"| pgqueuer no-op drain | {pgq['jobs']} | {pgq['wall']:.2f} | {pgq['rate']:.0f} |")
     print(
         f"\nratio agent-runtime ÷ pgqueuer: {ours['rate'] / pgq['rate']:.2f} (app's Database), "
-        f"{raw['rate'] / pgq['rate']:.2f} (bare asyncpg)"
+        f"{raw['rate'] / pgq['rate']:.2f} (bare asyncpg), {one['rate'] / pgq['rate']:.2f} (one "
+        "commit per batch)"
     )
     print(
-        f"runs not completed after exactly one claim: {ours['bad'] + raw['bad']}; sessions "
-        f"claimed out of queue order: {ours['out_of_order'] + raw['out_of_order']}; pgqueuer "
+        f"runs not completed after exactly one claim: {ours['bad'] + raw['bad'] + one['bad']}; "
+        "sessions claimed out of queue order: "
+        f"{ours['out_of_order'] + raw['out_of_order'] + one['out_of_order']}; pgqueuer "
         f"jobs left: {pgq['left']}"
     )
     against = f" (old: {args.against})" if args.against else ""
