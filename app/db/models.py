@@ -450,6 +450,21 @@ class TenantClaim(Base):
     last_claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class QueueLane(Base):
+    """A session with queued or active runs: its first queued run and whether a run holds it
+    (kept by the trigger `agent_runtime_lane_sync`, read by the claim; migration 0018)."""
+
+    __tablename__ = "queue_lanes"
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("agent_sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[str] = mapped_column(Text)
+    head_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    head_seq: Mapped[int | None] = mapped_column(BigInteger)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    busy: Mapped[bool] = mapped_column(Boolean)
+
+
 class TenantMember(Base):
     """A user seen in the tenant's tokens and the role their latest token gave them."""
 

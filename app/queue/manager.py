@@ -1,7 +1,7 @@
 """The run queue's lifecycle verbs: enqueue, claim, renew, recover, give up, release, cancel.
 
 API-side verbs run under RLS as the caller's tenant; the worker-side cross-tenant verbs
-(`claim_next`, `renew_leases`, `recover_expired`, `release`) run as `agent_runtime_worker`.
+(`claim_batch`, `renew_leases`, `recover_expired`, `release`) run as `agent_runtime_worker`.
 Writes made *while running* a claimed run go through `app.queue.lease.LeasedRun` (fenced). The
 claim and every other lane statement are named SQL in `queries.sql`.
 
@@ -83,6 +83,17 @@ class ClaimedRun:
     def principal(self) -> Principal:
         """The run's user, for tenant-scoped transactions made on its behalf."""
         return Principal(user_id=self.user_id, tenant_id=self.tenant_id, role="service")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement took (`RunQueue.claim_batch`)."""
+
+    runs: list[ClaimedRun]
+    """The runs claimed, at most one per session, in queue order."""
+    next_window: float | None
+    """Seconds until the earliest collect window of a claimable lane ends (None: none): nothing
+    notifies that, so an idle worker claims again no later than this. 0 after a lost race."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,42 +411,45 @@ class RunQueue:
     # ------------------------------------------------------------------ worker side
 
     async def claim_next(self, worker_id: str, lease_seconds: float) -> ClaimedRun | None:
-        """Claim a run, fairly across tenants, or None. A lost race on the lane index is a None.
+        """Claim one run, fairly across tenants, or None (`claim_batch` with `limit=1`)."""
+        claimed = await self.claim_batch(worker_id, lease_seconds, limit=1)
+        return claimed.runs[0] if claimed.runs else None
 
-        The fair claim looks at one head per tenant; when a concurrent claim holds it (or nothing
-        is claimable), the oldest claimable run is taken instead, so parallel workers on one
-        tenant's backlog never idle beside claimable runs.
+    async def claim_batch(self, worker_id: str, lease_seconds: float, *, limit: int) -> ClaimBatch:
+        """Claim up to `limit` runs in one statement (`claim_runs`), at most one per session,
+        fairly across tenants (a worker with `limit` free slots fills them in one round trip),
+        and learn when the next collect window ends.
+
+        The claim reads the lane heads (`queue_lanes`), not the backlog. A head a concurrent
+        claim holds is passed over for the next one, so parallel workers on one tenant's lanes
+        never idle beside claimable runs. A lost race on the lane index claims nothing, with
+        `next_window` 0: claim again at once (nothing will notify about those runs).
         """
-        params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+        params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "limit": limit}
         try:
             async with self.db.queue() as s:
-                row = (await s.execute(query("claim_next"), params)).one_or_none()
-            if row is None:
-                async with self.db.queue() as s:
-                    row = (await s.execute(query("claim_next_fifo"), params)).one_or_none()
+                rows = (await s.execute(query("claim_runs"), params)).all()
         except IntegrityError:
-            return None  # another worker activated this lane first; the index said no
-        if row is None:
-            return None
-        return ClaimedRun(
-            id=row.id,
-            tenant_id=row.tenant_id,
-            user_id=row.user_id,
-            session_id=row.session_id,
-            agent_id=row.agent_id,
-            attempt=row.attempts,
-            input=row.input,
-            cancel_requested=row.cancel_requested,
-            lease_expiries=row.lease_expiries,
-            trace_context=row.trace_context,
-            queued_seconds=float(row.queued_seconds or 0.0),
-        )
-
-    async def seconds_to_next_window(self) -> float | None:
-        """Seconds until the earliest collect window of a queued run ends (None: no window)."""
-        async with self.db.queue() as s:
-            seconds = (await s.execute(query("next_window_end"))).scalar_one_or_none()
-        return None if seconds is None else max(0.0, float(seconds))
+            return ClaimBatch([], 0.0)  # another worker activated one of these lanes first
+        window = rows[0].next_window if rows else None
+        runs = [
+            ClaimedRun(
+                id=row.id,
+                tenant_id=row.tenant_id,
+                user_id=row.user_id,
+                session_id=row.session_id,
+                agent_id=row.agent_id,
+                attempt=row.attempts,
+                input=row.input,
+                cancel_requested=row.cancel_requested,
+                lease_expiries=row.lease_expiries,
+                trace_context=row.trace_context,
+                queued_seconds=float(row.queued_seconds or 0.0),
+            )
+            for row in rows
+            if row.id is not None  # nothing claimed: one row carrying only next_window
+        ]
+        return ClaimBatch(runs, None if window is None else max(0.0, float(window)))
 
     async def renew_leases(
         self, worker_id: str, run_ids: list[UUID], lease_seconds: float

@@ -1,55 +1,63 @@
 -- The run queue's SQL, one named statement per verb (loaded by app/queue/sql.py).
--- Statements run as agent_runtime_worker (cross-tenant: claim_next, renew_leases,
+-- Statements run as agent_runtime_worker (cross-tenant: claim_runs, renew_leases,
 -- recover_expired, release_runs) or as agent_runtime_app under RLS (everything else).
 
--- name: claim_next
--- Take a claimable run (queued, first in its session's lane, lane not busy, not held back by a
--- debounce window: `not_before`, ifBusy=collect), fairly across tenants: round-robin by tenant.
--- `tenants` lists the tenants with queued runs (a skip scan of agent_run_queue_queued_tenant,
--- one index probe per tenant), `heads` each one's oldest claimable run; the tenant claimed from
--- longest ago (never: first) goes first, and the claim stamps its tenant in tenant_claims. So a
--- tenant posting one run behind another's backlog of thousands is served by the next claim.
--- SKIP LOCKED lets workers claim in parallel (a head another worker holds is passed over, and
--- the row is rechecked to still be queued once locked); the partial unique index
+-- name: claim_runs
+-- Take up to :limit claimable runs, at most one per session (its lane's head: queued, first in
+-- the lane, lane not busy, past its debounce window `not_before`), fairly across tenants.
+-- The lane rule lives in one place, the lane-head table queue_lanes (migration 0018, kept by a
+-- trigger): the claim reads the claimable lanes through partial indexes, never the backlog, so
+-- its cost does not grow with queued runs behind busy lanes nor with a session's finished runs.
+-- Fair: round-robin by tenant. `tenants` lists the tenants with a claimable lane (a skip scan of
+-- queue_lanes_claimable), `fair` each one's oldest :limit heads, numbered (`turn`); the first
+-- turns of every tenant go before the second ones, and within a turn the tenant claimed from
+-- longest ago (never: first), as stamped in tenant_claims. So a tenant posting one run behind
+-- another's backlog of thousands is served by the next claim.
+-- SKIP LOCKED lets workers claim in parallel: a head another claim holds is passed over (and a
+-- locked row is rechecked to still be queued). When the fair picks run out that way (several
+-- workers on one tenant's lanes), the oldest other claimable heads follow (`oldest`), so a
+-- worker never comes back empty beside claimable runs. The partial unique index
 -- agent_run_queue_one_active_per_session guarantees one active run per session regardless.
 WITH RECURSIVE tenants AS (
-  (SELECT tenant_id FROM agent_run_queue WHERE status = 'queued' ORDER BY tenant_id LIMIT 1)
+  (SELECT tenant_id FROM queue_lanes WHERE NOT busy ORDER BY tenant_id LIMIT 1)
   UNION ALL
-  SELECT (SELECT q.tenant_id FROM agent_run_queue q
-          WHERE q.status = 'queued' AND q.tenant_id > t.tenant_id
-          ORDER BY q.tenant_id LIMIT 1)
+  SELECT (SELECT l.tenant_id FROM queue_lanes l
+          WHERE NOT l.busy AND l.tenant_id > t.tenant_id
+          ORDER BY l.tenant_id LIMIT 1)
   FROM tenants t WHERE t.tenant_id IS NOT NULL
 ),
-heads AS (
-  SELECT h.id, h.queue_seq, tc.last_claimed_at
+fair AS MATERIALIZED (
+  SELECT h.head_id, h.head_seq, h.turn, tc.last_claimed_at
   FROM tenants t
   LEFT JOIN tenant_claims tc ON tc.tenant_id = t.tenant_id
   CROSS JOIN LATERAL (
-    SELECT q.id, q.queue_seq
-    FROM agent_run_queue q
-    WHERE q.tenant_id = t.tenant_id AND q.status = 'queued'
-      AND NOT EXISTS (
-        SELECT 1 FROM agent_run_queue busy
-        WHERE busy.session_id = q.session_id
-          AND busy.status IN ('running', 'awaiting_approval', 'waiting'))
-      AND NOT EXISTS (
-        SELECT 1 FROM agent_run_queue earlier
-        WHERE earlier.session_id = q.session_id AND earlier.status = 'queued'
-          AND earlier.queue_seq < q.queue_seq)
-      AND (q.not_before IS NULL OR q.not_before <= now())
-    ORDER BY q.queue_seq
-    LIMIT 1
+    SELECT l.head_id, l.head_seq, row_number() OVER (ORDER BY l.head_seq) AS turn
+    FROM queue_lanes l
+    WHERE l.tenant_id = t.tenant_id AND NOT l.busy
+      AND (l.ready_at IS NULL OR l.ready_at <= now())
+    ORDER BY l.head_seq
+    LIMIT :limit
   ) h
   WHERE t.tenant_id IS NOT NULL
 ),
 candidate AS (
-  SELECT r.id
-  FROM heads
-  JOIN agent_run_queue r ON r.id = heads.id
-  WHERE r.status = 'queued'
-  ORDER BY heads.last_claimed_at NULLS FIRST, heads.queue_seq
-  LIMIT 1
-  FOR UPDATE OF r SKIP LOCKED
+  SELECT picked.id FROM (
+    SELECT r.id
+    FROM fair JOIN agent_run_queue r ON r.id = fair.head_id
+    WHERE r.status = 'queued'
+    ORDER BY fair.turn, fair.last_claimed_at NULLS FIRST, fair.head_seq
+    FOR UPDATE OF r SKIP LOCKED
+  ) picked
+  UNION ALL
+  SELECT oldest.id FROM (
+    SELECT r.id
+    FROM queue_lanes l JOIN agent_run_queue r ON r.id = l.head_id
+    WHERE NOT l.busy AND (l.ready_at IS NULL OR l.ready_at <= now()) AND r.status = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM fair WHERE fair.head_id = l.head_id)
+    ORDER BY l.head_seq
+    FOR UPDATE OF r SKIP LOCKED
+  ) oldest
+  LIMIT :limit
 ),
 claimed AS (
   UPDATE agent_run_queue r
@@ -62,62 +70,39 @@ claimed AS (
   WHERE r.id = candidate.id
   RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts,
             r.lease_expiries, r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested,
-            r.trace_context,
+            r.trace_context, r.queue_seq,
             -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
             extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
               AS queued_seconds
 ),
-stamped AS (
+claimed_tenants AS (
+  SELECT DISTINCT tenant_id FROM claimed
+),
+-- A tenant's stamp another claim is writing right now is left to it (it is as recent): claims of
+-- one tenant do not queue up behind each other's stamp (nor does a tenant's first stamp try an
+-- insert where a row exists: the unique check would wait for that row's writer).
+first_claims AS (
   INSERT INTO tenant_claims (tenant_id, last_claimed_at)
-  SELECT tenant_id, clock_timestamp() FROM claimed
-  ON CONFLICT (tenant_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at
+  SELECT ct.tenant_id, clock_timestamp() FROM claimed_tenants ct
+  WHERE NOT EXISTS (SELECT 1 FROM tenant_claims c WHERE c.tenant_id = ct.tenant_id)
+  ON CONFLICT (tenant_id) DO NOTHING
+),
+stamped AS (
+  UPDATE tenant_claims tc SET last_claimed_at = clock_timestamp()
+  WHERE tc.tenant_id IN (SELECT c.tenant_id FROM tenant_claims c
+                         WHERE c.tenant_id IN (SELECT tenant_id FROM claimed_tenants)
+                         FOR UPDATE SKIP LOCKED)
 )
-SELECT * FROM claimed;
-
--- name: claim_next_fifo
--- The globally oldest claimable run. claim_next considers one head per tenant, so a worker whose
--- fair pick was locked by a concurrent claim of the same tenant finds nothing there; it falls
--- back to this (RunQueue.claim_next) rather than idle beside claimable runs. Alone (bench/queue's
--- noisy-neighbour comparison) it is the claim before fair claiming: under one tenant's backlog
--- every other tenant waits.
-WITH candidate AS (
-  SELECT q.id
-  FROM agent_run_queue q
-  WHERE q.status = 'queued'
-    AND NOT EXISTS (
-      SELECT 1 FROM agent_run_queue busy
-      WHERE busy.session_id = q.session_id
-        AND busy.status IN ('running', 'awaiting_approval', 'waiting'))
-    AND NOT EXISTS (
-      SELECT 1 FROM agent_run_queue earlier
-      WHERE earlier.session_id = q.session_id AND earlier.status = 'queued'
-        AND earlier.queue_seq < q.queue_seq)
-    AND (q.not_before IS NULL OR q.not_before <= now())
-  ORDER BY q.queue_seq
-  LIMIT 1
-  FOR UPDATE SKIP LOCKED
-)
-UPDATE agent_run_queue r
-SET status = 'running',
-    lease_owner = :worker_id,
-    lease_expires_at = now() + make_interval(secs => :lease_seconds),
-    started_at = coalesce(r.started_at, now()),
-    attempts = r.attempts + 1
-FROM candidate
-WHERE r.id = candidate.id
-RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts, r.lease_expiries,
-          r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested, r.trace_context,
-          -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
-          extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
-            AS queued_seconds;
-
--- name: next_window_end
--- Seconds until the earliest debounce window of a queued run ends (ifBusy=collect: `not_before`),
--- or NULL. Nothing notifies the workers when a window ends, so an idle worker sleeps no longer
--- than this (index agent_run_queue_windows).
-SELECT extract(epoch FROM min(not_before) - now()) AS seconds
-FROM agent_run_queue
-WHERE status = 'queued' AND not_before > now();
+-- Every row also carries `next_window`: the seconds until the earliest debounce window
+-- (ifBusy=collect: `not_before`) of a claimable lane's head ends, or NULL (index
+-- queue_lanes_windows). Nothing notifies the workers when a window ends, so a worker sleeps no
+-- longer than this; with nothing claimed the answer is one row of NULLs carrying it, so the
+-- idle worker learns it in the same round trip.
+SELECT claimed.*, w.next_window
+FROM (SELECT extract(epoch FROM min(ready_at) - now()) AS next_window
+      FROM queue_lanes WHERE NOT busy AND ready_at > now()) w
+LEFT JOIN claimed ON true
+ORDER BY claimed.queue_seq;
 
 -- name: renew_leases
 -- Extend the leases this worker still holds; returns the ones it holds (and their cancel flags).
@@ -211,7 +196,7 @@ RETURNING id, extract(epoch FROM finished_at - started_at) AS duration_seconds;
 
 -- name: park_run
 -- A tool call awaits approval: the run gives up its lease (and its worker's slot) but keeps its
--- lane: `awaiting_approval` counts as active for the lane index and for claim_next.
+-- lane: `awaiting_approval` counts as active for the lane index and for the claim (queue_lanes).
 UPDATE agent_run_queue
 SET status = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL,
     state = 'awaiting_approval'

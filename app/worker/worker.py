@@ -165,6 +165,8 @@ class Worker:
         self._execute = execute or agent_executor(settings)
         self._active: dict[UUID, _Active] = {}
         self._wake = asyncio.Event()
+        self._full = False
+        """The last claim round stopped because every slot was busy (`_claim_available`)."""
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.claim_failures = 0
@@ -228,7 +230,7 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             try:
-                await self._claim_available()
+                window = await self._claim_available()
             except CLAIM_RETRIED_ERRORS as exc:
                 self.claim_failures += 1
                 delay = backoff_seconds(self.claim_failures)
@@ -249,33 +251,39 @@ class Worker:
                 log.info("claiming again: database is back", worker_id=self.worker_id)
                 self.claim_failures = 0
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=await self._idle_wait())
+                await asyncio.wait_for(self._wake.wait(), timeout=self._idle_wait(window))
 
-    async def _idle_wait(self) -> float:
+    def _idle_wait(self, window: float | None) -> float:
         """How long to wait for a wake-up before claiming again: the poll interval, or less when
-        a queued run's collect window ends sooner (nothing notifies that: the run just becomes
-        claimable). With every slot busy, a finishing run wakes the loop anyway."""
-        if len(self._active) >= self.settings.worker_concurrency:
+        a queued run's collect window ends sooner (`window`, reported by the last claim: nothing
+        notifies that, the run just becomes claimable). With every slot busy, a finishing run
+        wakes the loop anyway."""
+        if window is None:
             return self.settings.poll_seconds
-        try:
-            due = await self.queue.seconds_to_next_window()
-        except CLAIM_RETRIED_ERRORS:  # the next claim meets the outage and backs off
-            return 0.0
-        if due is None:
-            return self.settings.poll_seconds
-        return min(self.settings.poll_seconds, due + WINDOW_SLACK_SECONDS)
+        return min(self.settings.poll_seconds, window + WINDOW_SLACK_SECONDS)
 
-    async def _claim_available(self) -> None:
-        """Claim runs until the slots are full or no run is claimable."""
-        while len(self._active) < self.settings.worker_concurrency and not self._stopping.is_set():
+    async def _claim_available(self) -> float | None:
+        """Claim runs until the slots are full or no run is claimable, as many per statement as
+        there are free slots (`RunQueue.claim_batch`). Returns the seconds until the next collect
+        window ends as the last claim saw it (None: none, or every slot is busy)."""
+        while not self._stopping.is_set():
+            free = self.settings.worker_concurrency - len(self._active)
+            # Full: a finishing run must wake the loop (what it left behind was not looked at).
+            self._full = free <= 0
+            if self._full:
+                return None
             began = time.perf_counter()
-            claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
-            metrics.observe_claim(time.perf_counter() - began, claimed=claimed is not None)
-            if claimed is None:
-                return
-            if claimed.attempt == 1:
-                metrics.observe_queue_wait(claimed.queued_seconds)
-            self._start(claimed)
+            batch = await self.queue.claim_batch(
+                self.worker_id, self.settings.lease_seconds, limit=free
+            )
+            metrics.observe_claim(time.perf_counter() - began, claimed=bool(batch.runs))
+            for claimed in batch.runs:
+                if claimed.attempt == 1:
+                    metrics.observe_queue_wait(claimed.queued_seconds)
+                self._start(claimed)
+            if len(batch.runs) < free:
+                return batch.next_window
+        return None
 
     def _start_reembed(self) -> asyncio.Task[None] | None:
         """Start the `memory-reembed` side task (None if the embedder is misconfigured).
@@ -393,7 +401,11 @@ class Worker:
                 )
         finally:
             self._active.pop(run.id, None)
-            self._wake.set()  # a slot is free (and the lane may have a next run)
+            # A slot is free. Claim again only if the last claim stopped at full slots: otherwise
+            # it found nothing more, and what this run's end makes claimable (its lane's next
+            # run) is NOTIFYed to every worker by the status change, this one included.
+            if self._full:
+                self._wake.set()
 
     async def _execute_until_parked(self, leased: LeasedRun) -> None:
         """Execute the run; when a tool call waits for other runs (`AwaitingArrival`), park it

@@ -1,7 +1,8 @@
 """Noisy neighbour: tenant B's start latency under tenant A's backlog, old claim order vs fair.
 
-For each claim statement (`claim_next_fifo`: the globally oldest claimable run, the claim before
-fair claiming; `claim_next`: round-robin by tenant) on a fresh database: tenant A's backlog is
+For each claim statement (`claim_next_fifo` of git revision 9acb540: the globally oldest
+claimable run, the claim before fair claiming; `claim_runs` with limit 1: round-robin by tenant)
+on a fresh database: tenant A's backlog is
 bulk-inserted (`--backlog` queued runs over `--sessions` sessions), `--slots` worker slots claim
 with that statement, hold each run `--run-ms` (the run's body is simulated: the claim, the
 lane rules and the finish are the real SQL on the real Postgres) and finish it, while tenant B
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,25 @@ from app.queue.manager import RunQueue  # noqa: E402
 from app.queue.sql import query  # noqa: E402
 
 A, B = "tenant-a", "tenant-b"
-VARIANTS = {"old (oldest first)": "claim_next_fifo", "fair (round-robin by tenant)": "claim_next"}
+OLD_REVISION = "9acb540"
+"""The last revision with the oldest-first claim (`claim_next_fifo`), before the lane table."""
+
+
+def _old_fifo() -> TextClause:
+    """`claim_next_fifo` as it was at OLD_REVISION (it reads only agent_run_queue: it still runs)."""
+    source = subprocess.run(
+        ["git", "show", f"{OLD_REVISION}:app/queue/queries.sql"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    body = source.split("-- name: claim_next_fifo\n", 1)[1].split("\n-- name: ", 1)[0]
+    return text(body.strip())
+
+
+VARIANTS = {"old (oldest first)": _old_fifo(), "fair (round-robin by tenant)": query("claim_runs")}
+PARAMS = {"lease_seconds": 60, "limit": 1}
 
 BACKLOG = text(
     """
@@ -104,14 +124,13 @@ async def _backlog(db: Database, tenant: str, total: int, sessions: int) -> None
         )
 
 
-async def _claim(db: Database, statement: str) -> Any:
+async def _claim(db: Database, statement: TextClause) -> Any:
     async with db.queue() as s:
-        return (
-            await s.execute(query(statement), {"worker_id": "bench", "lease_seconds": 60})
-        ).one_or_none()
+        row = (await s.execute(statement, {"worker_id": "bench", **PARAMS})).first()
+    return row if row is not None and row.id is not None else None  # claim_runs: a NULL row
 
 
-async def _scenario(url: str, statement: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _scenario(url: str, statement: TextClause, args: argparse.Namespace) -> dict[str, Any]:
     db = Database(url, pool_size=args.slots + 4)
     try:
         await _backlog(db, A, args.backlog, args.sessions)
@@ -207,8 +226,8 @@ async def _explain(url: str, args: argparse.Namespace) -> dict[str, list[float]]
                     async with db.queue() as s:
                         plan = (
                             await s.execute(
-                                text(f"EXPLAIN (ANALYZE, FORMAT JSON) {query(statement).text}"),
-                                {"worker_id": "x", "lease_seconds": 30},
+                                text(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.text}"),
+                                {"worker_id": "x", **PARAMS},
                             )
                         ).scalar_one()
                         await s.rollback()

@@ -39,23 +39,17 @@ async def backlog(db: Database, tenant: str, sessions: int, per_session: int) ->
         )
 
 
-class _Rollback(Exception):
-    pass
-
-
 async def fifo_pick(db: Database) -> str:
-    """The tenant the old claim (globally oldest first) would serve now (rolled back)."""
-    picked = ""
-    try:
-        async with db.queue() as s:
-            row = (
-                await s.execute(query("claim_next_fifo"), {"worker_id": "x", "lease_seconds": 30})
-            ).one()
-            picked = row.tenant_id
-            raise _Rollback
-    except _Rollback:
-        pass
-    return picked
+    """The tenant the old claim order (globally oldest claimable run first) would serve now."""
+    async with db.queue() as s:
+        return str(
+            await s.scalar(
+                text(
+                    "SELECT tenant_id FROM queue_lanes WHERE NOT busy "
+                    "AND (ready_at IS NULL OR ready_at <= now()) ORDER BY head_seq LIMIT 1"
+                )
+            )
+        )
 
 
 async def finish(db: Database, run_id: UUID) -> None:
@@ -148,10 +142,16 @@ async def test_parallel_claims_on_one_tenants_backlog_all_find_a_run(database: D
     concurrent claim must still take another claimable run, not come back empty."""
     queue = RunQueue(database)
     await backlog(database, "acme", sessions=20, per_session=1)
+    # acme was claimed before (a tenant's very first claim waits for a concurrent first claim's
+    # stamp to commit, which the open transaction below would never do)
+    async with database.owner() as s:
+        await s.execute(text("INSERT INTO tenant_claims VALUES ('acme', now() - interval '1 h')"))
     # hold acme's fair head in an open transaction, as a concurrent claim would
     async with database.queue() as held:
         first = (
-            await held.execute(query("claim_next"), {"worker_id": "w1", "lease_seconds": 30})
+            await held.execute(
+                query("claim_runs"), {"worker_id": "w1", "lease_seconds": 30, "limit": 1}
+            )
         ).one()
         other = await queue.claim_next("w2", 30)
         assert other is not None and other.id != first.id

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from uuid import UUID
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from app.auth.principal import Principal
 from app.config import Settings
@@ -308,3 +308,29 @@ async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_ru
         await wait_status(database, alice, nxt.run_id, {"completed"})
     assert script.calls == [(nxt.run_id, 1)]
     await assert_gave_up(database, alice, run.run_id, stops=3, limit=2)
+
+
+async def test_one_claim_round_per_wake_up(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    """An idle worker claims once at start, once on the enqueue's NOTIFY and once on the finish's;
+    the run's own end adds no round (its claim had found nothing more), and no round is followed
+    by a second statement for the collect windows (the claim reports them)."""
+    script = Script()
+    lane_reads: list[str] = []  # the claim, and formerly the windows' own statement
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "queue_lanes" in statement:
+            lane_reads.append(statement)
+
+    worker_db = Database(db_url)
+    event.listen(worker_db.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with running_worker(worker_db, settings_for(db_url), script, "w1"):
+            run = await RunQueue(database).enqueue_run(alice, message="hello")
+            await wait_status(database, alice, run.run_id, {"completed"})
+            await asyncio.sleep(0.3)
+            rounds = len(lane_reads)
+    finally:
+        await worker_db.dispose()
+    assert rounds == 3
