@@ -56,8 +56,6 @@ class Database:
 
     def __init__(self, url: str, *, pool_size: int = 10, max_overflow: int = 10) -> None:
         self.url = url
-        self.max_connections = pool_size + max_overflow
-        """The most connections the pool opens at once."""
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
@@ -87,11 +85,6 @@ class Database:
         """A transaction as the connecting user. Not for tenant data."""
         async with self._sessions() as session, session.begin():
             yield session
-
-    def connections_in_use(self) -> int:
-        """Pooled connections checked out now (in a transaction, or waiting to be returned)."""
-        checkedout = getattr(self.engine.pool, "checkedout", None)
-        return int(checkedout()) if checkedout is not None else 0
 
     async def dispose(self) -> None:
         """Close every pooled connection."""

@@ -11,7 +11,7 @@ import structlog
 
 from app.config import Settings
 from app.db.engine import Database
-from app.worker.worker import CLAIM_PARALLELISM, Worker
+from app.worker.worker import Worker
 
 log = structlog.get_logger(__name__)
 
@@ -51,13 +51,11 @@ async def _main(settings: Settings, worker_id: str | None) -> None:
     assert settings.database_url is not None
     pool_size, max_overflow = worker_pool(settings)
     db = Database(settings.database_url, pool_size=pool_size, max_overflow=max_overflow)
-    claims = Database(settings.database_url, pool_size=CLAIM_PARALLELISM, max_overflow=0)
-    worker = Worker(db, settings, worker_id=worker_id, claims=claims)
+    worker = Worker(db, settings, worker_id=worker_id)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
     try:
         await worker.run()
     finally:
-        await claims.dispose()
         await db.dispose()

@@ -63,7 +63,6 @@ from app.tools.base import AwaitingArrival
 from app.tools.catalog import default_tool_sources
 from app.tools.registry import ToolRegistry, default_tool_registry, tools_for_run
 from app.tools.sources import ToolSources
-from app.worker.admission import RETRY_SECONDS, Admission
 from app.worker.heartbeat import Heartbeat
 
 log = structlog.get_logger(__name__)
@@ -79,8 +78,6 @@ _BACKOFF_FIRST_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 15.0
 _REEMBED_STOP_SECONDS = 5.0
 WINDOW_SLACK_SECONDS = 0.01
-CLAIM_PARALLELISM = 4
-"""Most claims in flight at once (the claims pool's size: one connection each)."""
 """Claim this long after a collect window ends (its end is compared with the database's now())."""
 
 
@@ -151,13 +148,7 @@ class _Active:
 
 
 class Worker:
-    """Runs claimed runs with `execute`, one asyncio task per run.
-
-    `claims`: the pool the claim loop uses (default: `db`'s). With hundreds of runs writing
-    through `db`, a claim sharing their pool queues behind their writes for a connection, and
-    free slots fill slowly; a pool of its own (`CLAIM_PARALLELISM` connections) keeps a claim's
-    latency that of the claim itself.
-    """
+    """Runs claimed runs with `execute`, one asyncio task per run."""
 
     def __init__(
         self,
@@ -166,17 +157,13 @@ class Worker:
         *,
         worker_id: str | None = None,
         execute: Executor | None = None,
-        claims: Database | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
-        self.queue = RunQueue(claims or db, max_run_attempts=settings.max_run_attempts)
+        self.queue = RunQueue(db, max_run_attempts=settings.max_run_attempts)
         self._execute = execute or agent_executor(settings)
         self._active: dict[UUID, _Active] = {}
-        self._claiming = 0  # claims in flight (each will fill a slot if it finds a run)
-        self._admission = Admission(db)
-        self._held_back = False  # the last claim round stopped at saturation, not at empty
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -224,21 +211,17 @@ class Worker:
         log.info(
             "worker started", worker_id=self.worker_id, concurrency=self.settings.worker_concurrency
         )
-        lag = asyncio.create_task(self._admission.watch(), name="loop-lag")
         try:
             reembed = self._start_reembed()
             await self._claim_loop()
             await self._drain()
         finally:
-            lag.cancel()
             heartbeat.stop()
             await self._stop_reembed(reembed)
             await listener.stop()
             await asyncio.to_thread(heartbeat.join, 5)
             if (close := getattr(self._execute, "aclose", None)) is not None:
                 await close()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lag
             log.info("worker stopped", worker_id=self.worker_id)
 
     async def _claim_loop(self) -> None:
@@ -271,10 +254,7 @@ class Worker:
     async def _idle_wait(self) -> float:
         """How long to wait for a wake-up before claiming again: the poll interval, or less when
         a queued run's collect window ends sooner (nothing notifies that: the run just becomes
-        claimable). With every slot busy, a finishing run wakes the loop anyway; held back by
-        saturation (`app.worker.admission`), it looks again shortly."""
-        if self._held_back:
-            return RETRY_SECONDS
+        claimable). With every slot busy, a finishing run wakes the loop anyway."""
         if len(self._active) >= self.settings.worker_concurrency:
             return self.settings.poll_seconds
         try:
@@ -286,36 +266,10 @@ class Worker:
         return min(self.settings.poll_seconds, due + WINDOW_SLACK_SECONDS)
 
     async def _claim_available(self) -> None:
-        """Claim runs until the slots are full, the worker is saturated or no run is claimable.
-
-        With many slots free (a burst, a worker just started), up to `CLAIM_PARALLELISM` claims
-        are in flight at once (`SKIP LOCKED` keeps them apart, as it keeps workers apart): in a
-        worker busy with hundreds of runs each claim waits on the event loop several times, and
-        one claim after another would fill a thousand slots in minutes."""
-        self._held_back = False
-        free = self.settings.worker_concurrency - len(self._active)
-        claimers = max(1, min(free, CLAIM_PARALLELISM))
-        outcomes = await asyncio.gather(
-            *(self._claim_until_full() for _ in range(claimers)), return_exceptions=True
-        )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-
-    async def _claim_until_full(self) -> None:
-        """One claimer: claim and start runs while a slot is free (counting the slots other
-        claimers are claiming for), the worker keeps up (`Admission`) and a run is claimable."""
-        concurrency = self.settings.worker_concurrency
-        while len(self._active) + self._claiming < concurrency and not self._stopping.is_set():
-            if self._active and self._admission.saturated():
-                self._held_back = True
-                return
+        """Claim runs until the slots are full or no run is claimable."""
+        while len(self._active) < self.settings.worker_concurrency and not self._stopping.is_set():
             began = time.perf_counter()
-            self._claiming += 1
-            try:
-                claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
-            finally:
-                self._claiming -= 1
+            claimed = await self.queue.claim_next(self.worker_id, self.settings.lease_seconds)
             metrics.observe_claim(time.perf_counter() - began, claimed=claimed is not None)
             if claimed is None:
                 return
