@@ -13,11 +13,12 @@ keeps up.
 Reported per N: delivery latency p50/p95/p99 from the model's send stamp to the SSE client
 receiving the `assistant.delta` that carries it, and to the event's row (`created_at`, the
 writing transaction's start), the worker's CPU seconds per run (utime+stime from
-/proc/<pid>/stat, from the pause to the last run's end) and the API's, the database's commits
-per run (worker, heartbeat and the API's SSE reads together), runs/s, the most runs `running`
-at once (from the stored `run.started` and terminal events), and how long the claim loop took
-to start all N. `--no-streams` opens no SSE stream: the worker's side alone, without the API's
-fan-out competing for the same cores.
+/proc/<pid>/stat, from the pause to the last run's end) and the API's, the worker's peak
+resident memory (VmHWM), the database's commits per run (worker, heartbeat and the API's SSE
+reads together), runs/s, the most runs `running` at once (from the stored `run.started` and
+terminal events), and how long the claim loop took to start all N (runs not finished after
+`--timeout` show in the statuses). `--no-streams` opens no SSE stream: the worker's side alone,
+without the API's fan-out competing for the same cores.
 
     .venv/bin/python bench/concurrency/run.py --runs 10,100,1000
     .venv/bin/python bench/concurrency/run.py --runs 10,1000 --rev main   # A/B in one sitting
@@ -87,6 +88,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def _peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 # ---------------------------------------------------------------------------- SSE clients
 
 
@@ -152,6 +161,7 @@ class Result:
     sse: list[float]
     stored: list[float]
     worker_cpu: float
+    worker_rss: float
     commits: int
     api_cpu: float
     wall: float
@@ -240,7 +250,7 @@ def _wait_finished(url: str, n: int, timeout: float) -> None:
             if row is not None and row[0] >= n:
                 return
             time.sleep(0.05)
-    raise SystemExit("the runs did not finish in time")
+    raise TimeoutError("the runs did not finish in time")
 
 
 async def _measure(
@@ -251,13 +261,16 @@ async def _measure(
     commits = await asyncio.to_thread(_commits, url)
     began = time.monotonic()
     os.kill(worker, signal.SIGCONT)
-    if tasks is None:
-        await asyncio.to_thread(_wait_finished, url, n, 900)
-    else:
-        await asyncio.wait_for(tasks, timeout=900)
+    # Past --timeout the row reports what finished (its statuses say how many did not).
+    with contextlib.suppress(TimeoutError):
+        if tasks is None:
+            await asyncio.to_thread(_wait_finished, url, n, args.timeout)
+        else:
+            await asyncio.wait_for(tasks, timeout=args.timeout)
     wall = time.monotonic() - began
     commits = await asyncio.to_thread(_commits, url) - commits
-    return streams, _cpu_seconds(worker) - cpu_w, _cpu_seconds(api) - cpu_a, wall, commits
+    cpu = _cpu_seconds(worker) - cpu_w, _cpu_seconds(api) - cpu_a
+    return streams, *cpu, wall, commits, _peak_rss_mb(worker)
 
 
 def _stored(conn: psycopg.Connection[Any]) -> tuple[list[float], int, float, dict[str, int]]:
@@ -325,7 +338,7 @@ def _one(args: argparse.Namespace, server_url: str, data_dir: Path, src: Path, n
         time.sleep(1.0)  # its LISTEN connection and first (empty) claim
         os.kill(worker.pid, signal.SIGSTOP)
         try:
-            streams, worker_cpu, api_cpu, wall, commits = asyncio.run(
+            streams, worker_cpu, api_cpu, wall, commits, worker_rss = asyncio.run(
                 _measure(args, url, base, port, n, worker.pid, api.pid)
             )
         finally:
@@ -346,6 +359,7 @@ def _one(args: argparse.Namespace, server_url: str, data_dir: Path, src: Path, n
         sse=streams.latencies,
         stored=stored,
         worker_cpu=worker_cpu,
+        worker_rss=worker_rss,
         commits=commits,
         api_cpu=api_cpu,
         wall=wall,
@@ -367,17 +381,17 @@ def _header(label: str) -> None:
     print(f"\n{label}\n")
     print(
         "| N | model→SSE client p50 / p95 / p99 (ms) | model→stored p50 / p95 / p99 (ms) | "
-        "worker CPU s/run | API CPU s/run | transactions/run | runs/s | max running | "
+        "worker CPU s/run | worker peak RSS (MB) | API CPU s/run | transactions/run | runs/s | max running | "
         "all N started within (s) | "
         "statuses |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
 
 
 def _row(r: Result) -> None:
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
     print(
-        f"| {r.n} | {_ms(r.sse)} | {_ms(r.stored)} | {r.worker_cpu / r.n:.4f} | "
+        f"| {r.n} | {_ms(r.sse)} | {_ms(r.stored)} | {r.worker_cpu / r.n:.4f} | {r.worker_rss:.0f} | "
         f"{r.api_cpu / r.n:.4f} | {r.commits / r.n:.1f} | {r.n / r.wall:.1f} | "
         f"{r.max_running} | {r.fill:.2f} | "
         f"{statuses}; {r.completed_streams} streams ended with run.completed |",
@@ -412,6 +426,9 @@ def main() -> None:
     )
     parser.add_argument("--model-seconds", type=float, default=2.0)
     parser.add_argument("--chunks", type=int, default=20, help="text chunks per model answer")
+    parser.add_argument(
+        "--timeout", type=float, default=900, help="seconds to wait for one N's runs to finish"
+    )
     parser.add_argument("--clients", type=int, default=32, help="concurrent POSTs / stream opens")
     parser.add_argument(
         "--rev",
