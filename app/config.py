@@ -31,7 +31,19 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, description="HTTP port of `agent-runtime serve`.")
     host: str = Field(default="127.0.0.1", description="HTTP bind address.")
     workers: int = Field(default=1, ge=0, description="Worker processes started by `serve`.")
-    worker_concurrency: int = Field(default=8, ge=1, description="Runs one worker runs at once.")
+    worker_concurrency: int = Field(
+        default=32,
+        ge=1,
+        description="Runs one worker runs at once (most of the time a run waits on a model or "
+        "a tool; see BENCHMARKS.md, Concurrency, for sizing it).",
+    )
+    worker_db_pool_size: int = Field(
+        default=20,
+        ge=1,
+        description="Most pooled database connections a worker keeps (plus half as many "
+        "overflow ones): a run uses one only while it writes, never while it waits on a model "
+        "or a tool, so this need not grow with WORKER_CONCURRENCY.",
+    )
     lease_seconds: float = Field(default=15.0, gt=0, description="Run lease length.")
     heartbeat_seconds: float = Field(
         default=2.0, gt=0, description="Lease renewal (and cancel/recovery check) interval."

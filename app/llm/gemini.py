@@ -50,7 +50,7 @@ from app.llm.base import (
     ToolCallEvent,
     Usage,
 )
-from app.llm.clients import SharedClient
+from app.llm.clients import SharedClient, connection_limits
 from app.llm.failures import (
     AUTH_FAILED,
     SAFETY_BLOCK,
@@ -104,7 +104,8 @@ def factory(settings: Settings, policy: RetryPolicy) -> partial[GeminiModel]:
 
 
 def shared_client(settings: Settings) -> SharedClient[genai.Client]:
-    """The `genai.Client` for these settings, with the SDK's retries off and our timeout.
+    """The `genai.Client` for these settings, with the SDK's retries off, our timeout and a
+    connection pool for every run of the worker (`connection_limits`).
 
     The endpoint is `GOOGLE_VERTEX_BASE_URL` in Vertex AI mode and `GOOGLE_GEMINI_BASE_URL`
     otherwise (as google-genai itself reads them from the environment; here they may also come
@@ -118,6 +119,7 @@ def shared_client(settings: Settings) -> SharedClient[genai.Client]:
         timeout=math.ceil(settings.model_request_timeout_seconds * 1000),
         retry_options=types.HttpRetryOptions(attempts=1),  # ours is the only retry policy
     )
+    limits = connection_limits(settings)
     config: Hashable = (
         "gemini",
         key,
@@ -125,7 +127,10 @@ def shared_client(settings: Settings) -> SharedClient[genai.Client]:
         settings.google_cloud_project,
         settings.google_cloud_location,
         options.model_dump_json(),
+        limits.max_connections,
     )
+    # After the key is taken: the limits object is not JSON.
+    options.async_client_args = {"limits": limits}
 
     def build() -> genai.Client:
         if vertex:

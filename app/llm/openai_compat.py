@@ -34,7 +34,14 @@ from functools import partial
 from typing import Any, cast
 
 import structlog
-from openai import APIConnectionError, APIError, APIStatusError, AsyncOpenAI, AsyncStream
+from openai import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    AsyncOpenAI,
+    AsyncStream,
+    DefaultAsyncHttpxClient,
+)
 from openai.types.chat import ChatCompletionChunk
 
 from app.config import Settings
@@ -51,7 +58,7 @@ from app.llm.base import (
     ToolSpec,
     Usage,
 )
-from app.llm.clients import SharedClient
+from app.llm.clients import SharedClient, connection_limits
 from app.llm.failures import (
     CONTEXT_TOO_LONG,
     SAFETY_BLOCK,
@@ -89,14 +96,24 @@ def factory(settings: Settings, policy: RetryPolicy) -> partial[OpenAIModel]:
 
 
 def shared_client(settings: Settings) -> SharedClient[AsyncOpenAI]:
-    """The `AsyncOpenAI` client for these settings, with the SDK's retries off."""
+    """The `AsyncOpenAI` client for these settings, with the SDK's retries off and a connection
+    pool for every run of the worker (`connection_limits`)."""
     key = _api_key(settings)
     base_url = settings.openai_base_url or None
     timeout = settings.model_request_timeout_seconds
-    config: Hashable = ("openai", key, base_url, timeout)
+    limits = connection_limits(settings)
+    config: Hashable = ("openai", key, base_url, timeout, limits.max_connections)
     return SharedClient(
         config,
-        lambda: AsyncOpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0),
+        lambda: AsyncOpenAI(
+            api_key=key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            # The SDK's HTTP library may be httpx's fork httpx2 (openai 3), which reads the
+            # same four attributes of an `httpx.Limits`.
+            http_client=DefaultAsyncHttpxClient(limits=cast(Any, limits)),
+        ),
     )
 
 
