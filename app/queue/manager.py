@@ -78,6 +78,9 @@ class ClaimedRun:
     """The W3C trace context the run was enqueued under (tracing on), continued by the worker."""
     queued_seconds: float = 0.0
     """Time from the run's enqueue (or the end of its debounce window) to this claim."""
+    started_stored: bool = False
+    """The claim stored the run's `run.started` / `run.resumed` event (it does unless the run is
+    to be cancelled or given up on: `cancel_requested`, lease expired `max_run_attempts` times)."""
 
     @property
     def principal(self) -> Principal:
@@ -425,7 +428,12 @@ class RunQueue:
         never idle beside claimable runs. A lost race on the lane index claims nothing, with
         `next_window` 0: claim again at once (nothing will notify about those runs).
         """
-        params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "limit": limit}
+        params = {
+            "worker_id": worker_id,
+            "lease_seconds": lease_seconds,
+            "limit": limit,
+            "max_attempts": self.max_run_attempts,
+        }
         try:
             async with self.db.queue() as s:
                 rows = (await s.execute(query("claim_runs"), params)).all()
@@ -445,6 +453,7 @@ class RunQueue:
                 lease_expiries=row.lease_expiries,
                 trace_context=row.trace_context,
                 queued_seconds=float(row.queued_seconds or 0.0),
+                started_stored=row.started,
             )
             for row in rows
             if row.id is not None  # nothing claimed: one row carrying only next_window

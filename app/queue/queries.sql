@@ -65,15 +65,29 @@ claimed AS (
       lease_owner = :worker_id,
       lease_expires_at = now() + make_interval(secs => :lease_seconds),
       started_at = coalesce(r.started_at, now()),
-      attempts = r.attempts + 1
+      attempts = r.attempts + 1,
+      last_event_seq = r.last_event_seq + CASE WHEN r.cancel_requested_at IS NULL
+        AND r.lease_expiries < :max_attempts THEN 1 ELSE 0 END
   FROM candidate
   WHERE r.id = candidate.id
   RETURNING r.id, r.tenant_id, r.user_id, r.session_id, r.agent_id, r.attempts,
             r.lease_expiries, r.input, r.cancel_requested_at IS NOT NULL AS cancel_requested,
-            r.trace_context, r.queue_seq,
+            r.trace_context, r.queue_seq, r.last_event_seq,
+            r.cancel_requested_at IS NULL AND r.lease_expiries < :max_attempts AS started,
             -- enqueue (or end of the debounce window) to this claim, for the first claim's metric
             extract(epoch FROM now() - greatest(r.created_at, coalesce(r.not_before, r.created_at)))
               AS queued_seconds
+),
+-- Each claimed run's run.started (first attempt) or run.resumed event, stored by the claim
+-- itself so it reaches streams the moment the run is claimed, in no transaction of its own
+-- (migration 0023). Not for a run the worker will only cancel or give up on (cancel requested,
+-- or a lease that expired :max_attempts times): the worker ends those.
+started_events AS (
+  INSERT INTO run_events (tenant_id, run_id, seq, type, data)
+  SELECT tenant_id, id, last_event_seq,
+         CASE WHEN attempts = 1 THEN 'run.started' ELSE 'run.resumed' END,
+         jsonb_build_object('attempt', attempts, 'workerId', CAST(:worker_id AS text))
+  FROM claimed WHERE started
 ),
 claimed_tenants AS (
   SELECT DISTINCT tenant_id FROM claimed

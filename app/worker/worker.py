@@ -361,8 +361,9 @@ class Worker:
             if run.lease_expiries >= self.settings.max_run_attempts:
                 await self._give_up(leased)
                 return
-            started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
-            leased.defer([started(attempt=run.attempt, worker_id=self.worker_id)])
+            if not run.started_stored:
+                started = RunStartedEvent if run.attempt == 1 else RunResumedEvent
+                leased.defer([started(attempt=run.attempt, worker_id=self.worker_id)])
             inner = asyncio.create_task(self._execute_until_parked(leased), name=f"loop-{run.id}")
             stopper = asyncio.create_task(active.stopped.wait())
             done, _ = await asyncio.wait({inner, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -104,6 +104,8 @@ def _libpq_env(url: str) -> dict[str, str]:
 
 
 def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
     return ordered[k]

@@ -60,13 +60,11 @@ async def create_agent(api: Api, name: str, **body: Any) -> str:
 
 
 async def claim(api: Api, run_id: str, worker: str = "w1") -> LeasedRun:
-    """Claim the run as a worker would, with its `run.started`/`run.resumed` event."""
+    """Claim the run as a worker would (the claim stores its `run.started`/`run.resumed`)."""
     claimed = await api.runtime.queue.claim_next(worker, 30)
     assert claimed is not None and str(claimed.id) == run_id
-    leased = LeasedRun(api.runtime.db, claimed, worker)
-    started = ev.RunStartedEvent if claimed.attempt == 1 else ev.RunResumedEvent
-    await leased.emit(started(attempt=claimed.attempt, worker_id=worker))
-    return leased
+    assert claimed.started_stored
+    return LeasedRun(api.runtime.db, claimed, worker)
 
 
 async def crash_and_resume(api: Api, dead: LeasedRun) -> LeasedRun:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.core.events import AssistantDeltaEvent, AssistantMessageEvent, RunStartedEvent
+from app.core.events import AssistantDeltaEvent, AssistantMessageEvent
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from tests.integration.api_support import Api, auth, error_of, make_settings, running_api
@@ -60,8 +60,7 @@ async def work(api: Api, run_id: str) -> str:
     """A fake worker: claim the run, stream an answer, complete it; the run's message."""
     claimed = await api.runtime.queue.claim_next("w", 30)
     assert claimed is not None and str(claimed.id) == run_id
-    leased = LeasedRun(api.runtime.db, claimed, "w")
-    await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+    leased = LeasedRun(api.runtime.db, claimed, "w")  # the claim stored run.started
     await leased.emit(AssistantDeltaEvent(text="Hel"))
     await leased.emit(AssistantDeltaEvent(text="lo"))
     await leased.emit(AssistantMessageEvent(text="Hello", tool_calls=[]))

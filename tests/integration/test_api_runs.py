@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.auth.principal import Principal
-from app.core.events import RunStartedEvent
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
 from app.runtime.run_state import set_loop_state
@@ -25,11 +24,11 @@ async def api(database: Database, db_url: str) -> AsyncIterator[Api]:
         yield api
 
 
-async def claim(api: Api, run_id: str) -> LeasedRun:
+async def claim(api: Api, run_id: str, worker: str = "test-worker") -> LeasedRun:
     """Claim the next run as a fake worker (there is no worker in these tests)."""
-    claimed = await api.runtime.queue.claim_next("test-worker", 30)
+    claimed = await api.runtime.queue.claim_next(worker, 30)
     assert claimed is not None and str(claimed.id) == run_id
-    return LeasedRun(api.runtime.db, claimed, "test-worker")
+    return LeasedRun(api.runtime.db, claimed, worker)
 
 
 # ------------------------------------------------------------------ happy paths
@@ -162,8 +161,7 @@ async def test_cancel_queued_running_and_finished_runs(api: Api) -> None:
 
 async def test_run_events_lists_stored_events(api: Api) -> None:
     run = await api.post_run("events")
-    leased = await claim(api, run["runId"])
-    await leased.emit(RunStartedEvent(attempt=1, worker_id="h:1:x"))
+    await claim(api, run["runId"], "h:1:x")  # stores run.started
     r = await api.client.get(f"/api/agent-runtime/runs/{run['runId']}/events", headers=auth())
     assert r.status_code == 200
     events = r.json()["events"]

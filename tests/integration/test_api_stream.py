@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from app.core.events import AssistantDeltaEvent, RunStartedEvent
+from app.core.events import AssistantDeltaEvent
 from app.db import listen
 from app.db.engine import Database
 from app.queue.lease import LeasedRun
@@ -38,9 +38,9 @@ async def start_run(api: Api, message: str = "hi", **body: Any) -> tuple[str, Le
 
 
 async def finished_run(api: Api, deltas: int = 3) -> str:
-    """A completed run with events 1 (queued), 2 (started), deltas…, completed."""
+    """A completed run with events 1 (queued), 2 (started: stored by the claim), deltas…,
+    completed."""
     run_id, leased = await start_run(api)
-    await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
     for i in range(deltas):
         await leased.emit(AssistantDeltaEvent(text=f"d{i}"))
     await leased.finish("completed", result={"text": "done"})
@@ -133,14 +133,15 @@ async def test_live_events_are_delivered_promptly_and_stream_ends(api: Api) -> N
     async with api.stream({"runId": run_id}, auth()) as conn:
         first = await conn.next_event()
         assert first is not None and first.id == "1"
-        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
-        second = await conn.next_event(wait=3)
+        second = await conn.next_event()  # stored by the claim
         assert second is not None and (second.id, second.event) == ("2", "run.started")
         await leased.emit(AssistantDeltaEvent(text="a"))
+        third = await conn.next_event(wait=3)
+        assert third is not None and (third.id, third.event) == ("3", "assistant.delta")
         await leased.emit(AssistantDeltaEvent(text="b"))
         await leased.finish("completed", result={"text": "ab"})
         rest = await conn.read_to_end(wait=3)
-        assert seqs(rest) == [3, 4, 5] and rest[-1].event == "run.completed"
+        assert seqs(rest) == [4, 5] and rest[-1].event == "run.completed"
         assert conn.ended
     assert api.runtime.hub.subscriber_count() == 0
 
@@ -191,7 +192,7 @@ async def test_no_gap_or_duplicate_while_events_race_with_connects(api: Api) -> 
 
     readers = [reader(0.005 * i, after) for i, after in enumerate([0, 1, 3, 7, 12, 20, 0, 5])]
     results = await asyncio.gather(writer(), *readers)
-    last = total + 2  # queued + deltas + completed
+    last = total + 3  # queued + started + deltas + completed
     for after, got in zip([0, 1, 3, 7, 12, 20, 0, 5], results[1:], strict=True):
         assert got == list(range(after + 1, last + 1)), (after, got)
 
@@ -238,6 +239,7 @@ async def test_listener_reconnect_wakes_streams(
     run_id, leased = await start_run(api)
     async with api.stream({"runId": run_id}, auth()) as conn:
         assert (await conn.next_event()) is not None
+        assert (await conn.next_event()) is not None  # run.started, stored by the claim
         async with database.owner() as s:
             await s.execute(
                 text(
@@ -245,11 +247,11 @@ async def test_listener_reconnect_wakes_streams(
                     "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
                 )
             )
-        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))  # nobody listens
+        await leased.emit(AssistantDeltaEvent(text="a"))  # nobody listens
         frame = await conn.next_event(wait=5)
-        assert frame is not None and frame.id == "2"
+        assert frame is not None and frame.id == "3"
         await leased.finish("completed", result={"text": "x"})
-        assert seqs(await conn.read_to_end()) == [3]  # and the new connection is listening
+        assert seqs(await conn.read_to_end()) == [4]  # and the new connection is listening
 
 
 async def test_stream_polls_when_the_listener_is_down(database: Database, db_url: str) -> None:
@@ -260,7 +262,7 @@ async def test_stream_polls_when_the_listener_is_down(database: Database, db_url
         run_id, leased = await start_run(api)
         async with api.stream({"runId": run_id}, auth()) as conn:
             assert (await conn.next_event()) is not None
-            await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+            await leased.emit(AssistantDeltaEvent(text="a"))
             await leased.finish("failed", error={"code": "x", "message": "y"})
             rest = await conn.read_to_end(wait=2)
-            assert [f.event for f in rest] == ["run.started", "run.failed"]
+            assert [f.event for f in rest] == ["run.started", "assistant.delta", "run.failed"]

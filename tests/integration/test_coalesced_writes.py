@@ -33,6 +33,8 @@ async def _leased(database: Database, principal: Principal, key: str, worker: st
 
 
 async def _rows(database: Database, run_id: UUID) -> list[tuple[int, str, str | None, int]]:
+    """The run's events (seq, type, text, inserting transaction): [2:] skips run.queued and the
+    claim's run.started."""
     async with database.owner() as s:
         return [(r.seq, r.type, r.text, r.tx) for r in await s.execute(ROWS, {"run_id": run_id})]
 
@@ -50,14 +52,16 @@ async def test_deferred_writes_ride_with_the_next_write_first_and_in_order(
     leased.defer([AssistantDeltaEvent(text="b")])
     await leased.emit(AssistantDeltaEvent(text="c"))  # before the flusher's interval ends
     rows = await _rows(database, leased.run.id)
-    assert [(r[1], r[2]) for r in rows[1:]] == [
+    assert [(r[1], r[2]) for r in rows[2:]] == [
         ("assistant.delta", "a"),
         ("state.changed", None),
         ("assistant.delta", "b"),
         ("assistant.delta", "c"),
     ]
-    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))  # no gap after run.queued
-    assert len({r[3] for r in rows[1:]}) == 1  # one transaction
+    assert [r[0] for r in rows] == list(
+        range(1, len(rows) + 1)
+    )  # no gap after run.queued and the claim's run.started
+    assert len({r[3] for r in rows[2:]}) == 1  # one transaction
     async with database.owner() as s:
         state_now = await s.scalar(
             text("SELECT state FROM agent_run_queue WHERE id = :id"), {"id": leased.run.id}
@@ -78,7 +82,7 @@ async def test_the_flusher_stores_several_runs_deferred_writes_in_one_transactio
         leased.defer([AssistantDeltaEvent(text=f"d{i}")])
     await asyncio.sleep(FLUSH_SECONDS * 6)
     stored = [await _rows(database, leased.run.id) for leased in runs]
-    assert [[r[2] for r in rows[1:]] for rows in stored] == [["d0"], ["d1"], ["d2"]]
+    assert [[r[2] for r in rows[2:]] for rows in stored] == [["d0"], ["d1"], ["d2"]]
     assert len({rows[-1][3] for rows in stored}) == 1
     async with database.tenant(mallory) as s:  # RLS: each run's events are its tenant's
         seen = await s.execute(text("SELECT DISTINCT tenant_id FROM run_events"))
@@ -98,8 +102,8 @@ async def test_a_run_whose_lease_was_lost_loses_its_deferred_writes_and_learns_i
     leased.defer([AssistantDeltaEvent(text="stale")])
     keep.defer([AssistantDeltaEvent(text="fresh")])
     await flusher_for(database).flush([leased, keep])
-    assert [r[2] for r in (await _rows(database, leased.run.id))[1:]] == []
-    assert [r[2] for r in (await _rows(database, keep.run.id))[1:]] == ["fresh"]
+    assert [r[2] for r in (await _rows(database, leased.run.id))[2:]] == []
+    assert [r[2] for r in (await _rows(database, keep.run.id))[2:]] == ["fresh"]
     with pytest.raises(LeaseLostError):
         leased.defer([AssistantDeltaEvent(text="more")])
 
@@ -115,7 +119,7 @@ async def test_a_failed_write_keeps_the_deferred_writes_for_the_next(
     assert leased.has_deferred()
     await leased.finish("completed", result={"text": "ok"})
     rows = await _rows(database, leased.run.id)
-    assert [(r[1], r[2]) for r in rows[1:]] == [
+    assert [(r[1], r[2]) for r in rows[2:]] == [
         ("assistant.delta", "kept"),
         (RunCompletedEvent(result=None).type, None),
     ]

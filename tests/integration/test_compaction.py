@@ -142,9 +142,7 @@ async def claim(queue: RunQueue, who: Principal, message: str, session: str) -> 
     await queue.enqueue_run(who, message=message, session_key=session)
     claimed = await queue.claim_next("w1", 30)
     assert claimed is not None
-    leased = LeasedRun(queue.db, claimed, "w1")
-    await leased.emit(ev.RunStartedEvent(attempt=1, worker_id="w1"))
-    return leased
+    return LeasedRun(queue.db, claimed, "w1")
 
 
 def registry(model: Model) -> ModelRegistry:

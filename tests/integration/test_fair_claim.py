@@ -150,7 +150,8 @@ async def test_parallel_claims_on_one_tenants_backlog_all_find_a_run(database: D
     async with database.queue() as held:
         first = (
             await held.execute(
-                query("claim_runs"), {"worker_id": "w1", "lease_seconds": 30, "limit": 1}
+                query("claim_runs"),
+                {"worker_id": "w1", "lease_seconds": 30, "limit": 1, "max_attempts": 5},
             )
         ).one()
         other = await queue.claim_next("w2", 30)

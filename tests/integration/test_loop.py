@@ -1,7 +1,7 @@
 """The agent loop against the real Postgres, driven by the offline model.
 
 Runs are enqueued and claimed through `RunQueue` and executed by `execute_run` exactly as the
-worker does (the worker's own `run.started` event is emitted by `start`). Each test then reads
+worker does (`run.started` is stored by the claim in `start`). Each test then reads
 back what was stored: transcript, events (types, order, contiguous seqs), tool executions, usage.
 """
 
@@ -85,16 +85,14 @@ async def start(
     worker: str = "w1",
     agent: dict[str, Any] | None = None,
 ) -> LeasedRun:
-    """Enqueue and claim a run, then emit the worker's start event."""
+    """Enqueue and claim a run (the claim stores its start event)."""
     await queue.enqueue_run(who, message=message, session_key=session_key)
     if agent:
         async with queue.db.tenant(who) as s:
             await s.execute(update(Agent).values(**agent))
     claimed = await queue.claim_next(worker, 30)
     assert claimed is not None
-    leased = LeasedRun(queue.db, claimed, worker)
-    await leased.emit(ev.RunStartedEvent(attempt=claimed.attempt, worker_id=worker))
-    return leased
+    return LeasedRun(queue.db, claimed, worker)  # the claim stored run.started
 
 
 async def crash_and_resume(queue: RunQueue, dead: LeasedRun, worker: str = "w2") -> LeasedRun:

@@ -47,9 +47,7 @@ async def start(queue: RunQueue, who: Principal, message: str, session_key: str 
     await queue.enqueue_run(who, message=message, session_key=session_key)
     claimed = await queue.claim_next("w1", 30)
     assert claimed is not None
-    leased = LeasedRun(queue.db, claimed, "w1")
-    await leased.emit(ev.RunStartedEvent(attempt=claimed.attempt, worker_id="w1"))
-    return leased
+    return LeasedRun(queue.db, claimed, "w1")
 
 
 async def run_with(

@@ -201,7 +201,13 @@ async def test_a_run_whose_worker_stops_max_times_fails_and_its_lane_moves_on(
     assert row.finished_at is not None
     assert (row.lease_owner, row.lease_expires_at, row.state) == (None, None, None)
     events = await _events(database, run.run_id)
-    assert [t for t, _ in events] == ["run.queued", "tool.started", "run.failed"]
+    assert [t for t, _ in events] == [
+        "run.queued",
+        "run.started",  # each claim stores its start event
+        "run.resumed",
+        "tool.started",
+        "run.failed",
+    ]
     assert events[-1][1] == {"error": row.error}
     async with database.owner() as s:
         call = await s.scalar(select(ToolExecution).where(ToolExecution.run_id == run.run_id))
@@ -255,7 +261,7 @@ async def test_racing_sweeps_fail_a_run_exactly_once(
     finally:
         await other_db.dispose()
     types = [t for t, _ in await _events(database, run.run_id)]
-    assert types == ["run.queued", "run.failed"]
+    assert types == ["run.queued", "run.started", "run.failed"]
 
 
 async def test_concurrent_full_sweeps_fail_once(
@@ -310,4 +316,4 @@ async def test_a_run_renewed_or_taken_over_meanwhile_is_not_failed(
     assert await queue.fail_crashed(stale) is False
     assert await queue.fail_exhausted() == [run.run_id]  # the current claim is failed
     types = [t for t, _ in await _events(database, run.run_id)]
-    assert types == ["run.queued", "run.failed"]
+    assert types == ["run.queued", "run.started", "run.resumed", "run.failed"]

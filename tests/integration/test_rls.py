@@ -286,9 +286,34 @@ async def test_the_worker_role_cannot_read_tenant_tables(
     with pytest.raises(ProgrammingError, match="permission denied"):
         async with database.queue() as s:
             await s.execute(text(f"DELETE FROM {table}"))  # noqa: S608
-    with pytest.raises(ProgrammingError, match="permission denied"):
+    # run_events: the claim's run.started / run.resumed only (migration 0023), so any other
+    # event is refused by the policy rather than by the grant
+    refused = "row-level security" if table == "run_events" else "permission denied"
+    with pytest.raises(ProgrammingError, match=refused):
         async with database.queue() as s:
             await insert(s, table, A, parents[A], 2)
+
+
+async def test_the_worker_role_stores_only_a_start_event_and_only_under_the_runs_own_tenant(
+    database: Database, parents: dict[str, dict[str, Any]]
+) -> None:
+    """What the claim needs (migration 0023), and nothing a compromised worker could use to
+    put an event into another tenant's run."""
+    started = (
+        "INSERT INTO run_events (tenant_id, run_id, seq, type, data) "
+        'VALUES (:tenant, :run, 50, :type, \'{"attempt": 1, "workerId": "w"}\')'
+    )
+    async with database.queue() as s:
+        await s.execute(
+            text(started), {"tenant": A, "run": parents[A]["run"], "type": "run.started"}
+        )
+    for tenant, run, kind in [
+        (B, parents[A]["run"], "run.started"),  # A's run, filed under B
+        (A, parents[A]["run"], "assistant.message"),  # not a start event
+    ]:
+        with pytest.raises(ProgrammingError, match="row-level security"):
+            async with database.queue() as s:
+                await s.execute(text(started), {"tenant": tenant, "run": run, "type": kind})
 
 
 async def test_the_worker_role_sees_the_queue_of_every_tenant_but_cannot_add_to_it(

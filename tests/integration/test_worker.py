@@ -257,16 +257,17 @@ async def test_concurrency_limit(
 
 
 async def assert_gave_up(
-    database: Database, alice: Principal, run_id: UUID, *, stops: int, limit: int
+    database: Database, alice: Principal, run_id: UUID, *, stops: int, limit: int, starts: list[str]
 ) -> None:
-    """The run failed `worker_crashed` (naming both counts), its only events queued and failed."""
+    """The run failed `worker_crashed` (naming both counts): its events are queued, the start
+    event of each claim that ran it (`starts`), failed."""
     async with database.tenant(alice) as s:
         error = await s.scalar(select(Run.error).where(Run.id == run_id))
     assert error == {
         "code": "worker_crashed",
         "message": f"the run's worker stopped {stops} times (MAX_RUN_ATTEMPTS={limit}); giving up",
     }
-    assert await event_types(database, alice, run_id) == ["run.queued", "run.failed"]
+    assert await event_types(database, alice, run_id) == ["run.queued", *starts, "run.failed"]
 
 
 async def test_heartbeat_fails_a_run_whose_worker_keeps_dying_and_the_lane_moves_on(
@@ -287,7 +288,9 @@ async def test_heartbeat_fails_a_run_whose_worker_keeps_dying_and_the_lane_moves
         assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
         await wait_status(database, alice, nxt.run_id, {"completed"})
     assert script.calls == [(nxt.run_id, 1)]
-    await assert_gave_up(database, alice, run.run_id, stops=2, limit=2)
+    await assert_gave_up(
+        database, alice, run.run_id, stops=2, limit=2, starts=["run.started", "run.resumed"]
+    )
 
 
 async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_run(
@@ -307,7 +310,7 @@ async def test_a_run_claimed_after_its_worker_stopped_max_times_is_failed_not_ru
         assert await wait_status(database, alice, run.run_id, {"failed", "completed"}) == "failed"
         await wait_status(database, alice, nxt.run_id, {"completed"})
     assert script.calls == [(nxt.run_id, 1)]
-    await assert_gave_up(database, alice, run.run_id, stops=3, limit=2)
+    await assert_gave_up(database, alice, run.run_id, stops=3, limit=2, starts=[])
 
 
 async def test_one_claim_round_per_wake_up(

@@ -1,0 +1,27 @@
+"""The claim stores the run.started / run.resumed event (the worker role may insert only those).
+
+Revision ID: 0023
+Revises: 0022
+Create Date: 2026-11-24
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0023"
+down_revision = "0022"
+branch_labels = None
+depends_on = None
+
+_SQL = Path(__file__).with_suffix(".sql")
+
+
+def upgrade() -> None:
+    # Plain SQL straight to psycopg, like 0001 (see there).
+    op.get_bind().connection.driver_connection.execute(_SQL.read_text())
+
+
+def downgrade() -> None:
+    op.execute("DROP POLICY IF EXISTS run_events_claim_started ON run_events")
+    op.execute("REVOKE INSERT ON run_events FROM agent_runtime_worker")
