@@ -1,5 +1,5 @@
 """SSE: replay, resume without gap or duplicate, live delivery, end on terminal, keep-alive,
-disconnect, and one shared LISTEN connection for every stream."""
+disconnect, one shared LISTEN connection and one shared read for every stream, tenant isolation."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
+from app.api import hub_reader, run_feed
+from app.api.run_feed import follow_run
+from app.auth.principal import Principal
 from app.core.events import AssistantDeltaEvent, RunStartedEvent
 from app.db import listen
 from app.db.engine import Database
@@ -264,3 +267,67 @@ async def test_stream_polls_when_the_listener_is_down(database: Database, db_url
             await leased.finish("failed", error={"code": "x", "message": "y"})
             rest = await conn.read_to_end(wait=2)
             assert [f.event for f in rest] == ["run.started", "run.failed"]
+
+
+async def test_a_live_stream_is_served_by_the_hub_without_reading_itself(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once caught up, a stream's events come from the hub's shared read: the stream itself
+    reads the database once (its catch-up under its own principal), however many events follow."""
+    api.runtime.hub.poll_seconds = 30  # no fallback poll: only NOTIFY + the shared read deliver
+    reads: list[int] = []
+    own_read = run_feed._read
+
+    async def counted(*args: Any) -> Any:
+        reads.append(args[-1])
+        return await own_read(*args)
+
+    monkeypatch.setattr(run_feed, "_read", counted)
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        assert api.runtime.hub.shared
+        for i in range(5):
+            await leased.emit(AssistantDeltaEvent(text=str(i)))
+        await leased.finish("completed", result={"text": "x"})
+        assert seqs(await conn.read_to_end(wait=3)) == [2, 3, 4, 5, 6, 7]
+    assert reads == [0]
+
+
+async def test_the_hub_never_serves_a_stream_of_a_run_its_principal_cannot_see(
+    api: Api, alice: Principal, mallory: Principal
+) -> None:
+    """While the hub serves alice's stream of her run, the same feed asked for by another tenant
+    (or by a member who cannot see alice's private session) yields nothing and ends at once:
+    the stream's own RLS read comes first, and the hub only hands a run's rows to streams that
+    passed it."""
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+        assert (await conn.next_event(wait=3)) is not None  # the hub is reading this run
+        bob = Principal(user_id="bob", tenant_id="acme", role="member")
+        for outsider in (mallory, bob):
+            got = [e async for e in follow_run(api.runtime, outsider, uuid.UUID(run_id), 0)]
+            assert got == []
+        await leased.emit(AssistantDeltaEvent(text="secret"))
+        await leased.finish("completed", result={"text": "secret"})
+        assert seqs(await conn.read_to_end(wait=3)) == [3, 4]
+    assert api.runtime.hub.subscriber_count() == 0
+
+
+async def test_streams_read_for_themselves_when_the_role_obeys_rls(
+    database: Database, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database role that cannot bypass RLS cannot read for every tenant: the hub then only
+    wakes streams, and each reads its run under its own principal."""
+    monkeypatch.setattr(hub_reader, "_BYPASSES_RLS", "SELECT false")
+    async with running_api(make_settings(db_url), database) as api:
+        api.runtime.hub.poll_seconds = 30  # NOTIFY wake-ups deliver, not the poll
+        run_id, leased = await start_run(api)
+        async with api.stream({"runId": run_id}, auth()) as conn:
+            assert (await conn.next_event()) is not None
+            assert api.runtime.hub.listening and not api.runtime.hub.shared
+            await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+            await leased.finish("completed", result={"text": "x"})
+            assert seqs(await conn.read_to_end(wait=3)) == [2, 3]
