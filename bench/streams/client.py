@@ -29,6 +29,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.delays_ms: list[float] = []
+        self.arrivals: list[tuple[str, int, float]] = []
         self.events = 0
         self.gaps = 0
         self.failed = 0
@@ -54,7 +55,7 @@ async def open_stream(host: str, port: int, run_id: str, after: int, token: str)
     return reader, writer
 
 
-async def follow(reader: asyncio.StreamReader, after: int, stats: Stats) -> None:
+async def follow(reader: asyncio.StreamReader, run_id: str, after: int, stats: Stats) -> None:
     """Read frames until the connection ends; record each event's delay and any seq gap."""
     expected = after + 1
     while True:
@@ -68,6 +69,7 @@ async def follow(reader: asyncio.StreamReader, after: int, stats: Stats) -> None
         seq = int(data["seq"])
         if stats.recording:
             stats.delays_ms.append((now - datetime.fromisoformat(data["ts"]).timestamp()) * 1000)
+            stats.arrivals.append((run_id, seq, now))
             stats.events += 1
         if seq != expected:
             stats.gaps += 1
@@ -100,12 +102,13 @@ async def main(spec: dict[str, Any], out_path: Path) -> None:
         stats.connected += 1
         up()
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            await follow(reader, after, stats)
+            await follow(reader, run_id, after, stats)
 
     for run_id, after, token in spec["streams"]:
         tasks.append(asyncio.create_task(one(run_id, int(after), token)))
     await all_up.wait()
     stats.delays_ms.clear()  # only what arrives after every stream is up counts
+    stats.arrivals.clear()
     stats.events = 0
     print("ready", flush=True)
     loop = asyncio.get_running_loop()
@@ -118,6 +121,7 @@ async def main(spec: dict[str, Any], out_path: Path) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     result = {
         "delays_ms": stats.delays_ms,
+        "arrivals": stats.arrivals,
         "events": stats.events,
         "gaps": stats.gaps,
         "failed": stats.failed,

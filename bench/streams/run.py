@@ -8,7 +8,10 @@ NOTIFY that wakes the API is the real trigger's). For each step of the ramp, cli
 (`client.py`, raw asyncio sockets) open one `GET /api/agent-runtime/stream` per run, resuming
 after the run's last event; once every stream is up, the producer writes `--rate` events/s per
 run for `--seconds`. Delivery delay = the client's wall clock at arrival − the event's stored
-`ts` (`run_events.created_at`, the database's clock on the same machine).
+`ts` (`run_events.created_at`, the database's clock on the same machine). `created_at` is the
+writing transaction's start, so that delay includes the producer's own write (its p99 is in the
+table); "after commit" is the arrival − the producer's wall clock once its commit returned, the
+part the API is answerable for.
 
     .venv/bin/python bench/streams/run.py --streams 100,500,1000,2000 --rate 1 --seconds 15
 
@@ -148,6 +151,17 @@ def _expect(proc: subprocess.Popen[str], word: str, timeout: float) -> str:
     return line
 
 
+def _settle(pid: int, idle_percent: float = 10.0, timeout: float = 120.0) -> None:
+    """Until the API's CPU over the last second is below `idle_percent`: streams get their `200`
+    before their catch-up read, so "every stream connected" is not yet "every stream live"."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = _cpu_seconds(pid)
+        time.sleep(1.0)
+        if (_cpu_seconds(pid) - before) * 100 < idle_percent:
+            return
+
+
 def _step(
     ctx: dict[str, Any], streams: int, rate: float, seconds: float, clients: int
 ) -> dict[str, Any]:
@@ -183,13 +197,14 @@ def _step(
     connect_started = time.monotonic()
     for p in procs:
         _expect(p, "ready", 300)
-    connect_seconds = time.monotonic() - connect_started
-    time.sleep(1.0)
     api_pid: int = ctx["api"].pid
+    _settle(api_pid)
+    connect_seconds = time.monotonic() - connect_started
     cpu0, busy0, wall0 = _cpu_seconds(api_pid), _machine_busy(), time.monotonic()
     producer: subprocess.Popen[str] = ctx["producer"]
     assert producer.stdin is not None
-    producer.stdin.write(f"go {streams} {rate} {seconds}\n")
+    commits_path = ctx["dir"] / "commits.json"
+    producer.stdin.write(f"go {streams} {rate} {seconds} {commits_path}\n")
     producer.stdin.flush()
     _, written, elapsed, lag, write_p99 = _expect(producer, "done", seconds + 300).split()
     time.sleep(1.0)  # the last events' delivery
@@ -203,6 +218,13 @@ def _step(
         p.wait(30)
         results.append(json.loads(out.read_text()))
     delays = [d for r in results for d in r["delays_ms"]]
+    committed = {(run, seq): t for run, seq, t in json.loads(commits_path.read_text())}
+    after_commit = [
+        (t - committed[(run, seq)]) * 1000
+        for r in results
+        for run, seq, t in r["arrivals"]
+        if (run, seq) in committed
+    ]
     return {
         "streams": streams,
         "connected": sum(r["connected"] for r in results),
@@ -219,6 +241,8 @@ def _step(
         "p95": _pct(delays, 95),
         "p99": _pct(delays, 99),
         "max": max(delays, default=float("nan")),
+        "c50": _pct(after_commit, 50),
+        "c99": _pct(after_commit, 99),
         "api_cpu": (cpu1 - cpu0) / (wall1 - wall0) * 100,
         "machine_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]) * 100,
     }
@@ -290,8 +314,8 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> list[di
 
 HEADER = (
     "| streams | events/s written | write p99 (ms) | events/s delivered "
-    "| delay p50 / p95 / p99 / max (ms) | API CPU | machine busy | seq gaps | connect all (s) |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "| delay p50 / p95 / p99 / max (ms) | after commit p50 / p99 (ms) | API CPU | machine busy "
+    "| seq gaps | connect + settle (s) |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -301,6 +325,7 @@ def _row(s: dict[str, Any]) -> str:
         f"| {s['streams']}{failed} | {s['write_rate']:.0f} | {s['write_p99']:.0f} | "
         f"{s['delivered_rate']:.0f} | "
         f"{s['p50']:.1f} / {s['p95']:.1f} / {s['p99']:.1f} / {s['max']:.0f} | "
+        f"{s['c50']:.1f} / {s['c99']:.1f} | "
         f"{s['api_cpu']:.0f} % | {s['machine_busy']:.0f} % | {s['gaps']} | {s['connect_s']:.1f} |"
     )
 
