@@ -1,11 +1,12 @@
 """Live run events for SSE streams: one LISTEN connection and one shared reader per API process.
 
-The `agent_runtime_events` trigger sends `"<run_id>:<seq>"` for each stored event. A stream
-first catches up on its run under its own principal (RLS), then goes live
-(`EventHub.go_live`): from then on the hub reads the run's new events once per batch of
-notifications — for every notified run in one statement (`hub_reader.SharedReader`) — and hands
-the same event objects to each live stream of that run. No stream touches the database while the
-hub serves it, so the cost of an event is one row read, not one transaction per stream.
+The `agent_runtime_events` trigger sends `"<run_id>:<seq>"` (per row, or per statement with the
+statement's highest seq; a bare `"<run_id>"` is understood too). A stream first catches up on its
+run under its own principal (RLS), then goes live (`EventHub.go_live`): from then on the hub
+reads the run's new events once per batch of notifications — for every notified run in one
+statement (`hub_reader.SharedReader`) — and hands the same event objects to each live stream of
+that run. No stream touches the database while the hub serves it, so the cost of an event is one
+row read, not one transaction per stream.
 
 Notifications are only hints: the hub also re-reads every live run each `poll_seconds` (one
 statement for all of them), and after a listener reconnect. When the hub cannot read for the
@@ -196,14 +197,20 @@ class EventHub:
                 sub.wake()
 
     def _on_notify(self, payload: str) -> None:
-        run_part, _, _seq = payload.partition(":")
+        """`"<run_id>"` or `"<run_id>:<seq>"` (the highest seq the notifying statement stored):
+        a run the hub has already read up to that seq needs no read."""
+        run_part, _, seq_part = payload.partition(":")
         try:
             run_id = UUID(run_part)
+            seq = int(seq_part) if seq_part else None
         except ValueError:
             log.warning("unexpected event notification", payload=payload)
             return
-        if run_id in self._subscribers:
-            self._mark(run_id)
+        if run_id not in self._subscribers:
+            return
+        if seq is not None and self.shared and self._read_seq.get(run_id, -1) >= seq:
+            return  # already read (and handed out) by an earlier batch
+        self._mark(run_id)
 
     async def _read_loop(self) -> None:
         """Read new events for the notified runs (and, each `poll_seconds`, for all live runs)."""

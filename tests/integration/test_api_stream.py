@@ -4,6 +4,7 @@ disconnect, one shared LISTEN connection and one shared read for every stream, t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -269,11 +270,12 @@ async def test_stream_polls_when_the_listener_is_down(database: Database, db_url
             assert [f.event for f in rest] == ["run.started", "run.failed"]
 
 
-async def test_a_live_stream_is_served_by_the_hub_without_reading_itself(
+async def test_live_streams_of_a_run_are_served_by_the_hub_without_reading_themselves(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once caught up, a stream's events come from the hub's shared read: the stream itself
-    reads the database once (its catch-up under its own principal), however many events follow."""
+    """Once caught up, streams get their events from the hub's shared read: each of three
+    streams of one run reads the database once (its catch-up under its own principal), however
+    many events follow, and each gets every event in order."""
     api.runtime.hub.poll_seconds = 30  # no fallback poll: only NOTIFY + the shared read deliver
     reads: list[int] = []
     own_read = run_feed._read
@@ -284,14 +286,114 @@ async def test_a_live_stream_is_served_by_the_hub_without_reading_itself(
 
     monkeypatch.setattr(run_feed, "_read", counted)
     run_id, leased = await start_run(api)
-    async with api.stream({"runId": run_id}, auth()) as conn:
-        assert (await conn.next_event()) is not None
+    async with contextlib.AsyncExitStack() as stack:
+        conns = [
+            await stack.enter_async_context(api.stream({"runId": run_id}, auth())) for _ in range(3)
+        ]
+        for conn in conns:
+            assert (await conn.next_event()) is not None
         assert api.runtime.hub.shared
         for i in range(5):
             await leased.emit(AssistantDeltaEvent(text=str(i)))
         await leased.finish("completed", result={"text": "x"})
-        assert seqs(await conn.read_to_end(wait=3)) == [2, 3, 4, 5, 6, 7]
-    assert reads == [0]
+        for conn in conns:
+            assert seqs(await conn.read_to_end(wait=3)) == [2, 3, 4, 5, 6, 7]
+    assert reads == [0, 0, 0]
+
+
+async def test_one_shared_read_hands_each_tenant_only_its_own_runs_events(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's and mallory's runs are live at once and read by the hub in the same statement;
+    each stream gets exactly its own run's events, all of them, in order."""
+    hub = api.runtime.hub
+    hub.poll_seconds = 0.2  # the periodic re-read covers every live run in one statement
+    batches: list[set[uuid.UUID]] = []
+    reader = hub._reader
+    own_read = reader.read
+
+    async def recorded(positions: dict[uuid.UUID, int]) -> Any:
+        batches.append(set(positions))
+        return await own_read(positions)
+
+    monkeypatch.setattr(reader, "read", recorded)
+    runs = {user: await start_run(api, user=user) for user in ("alice", "mallory")}
+    async with contextlib.AsyncExitStack() as stack:
+        conns = {
+            (user, i): await stack.enter_async_context(
+                api.stream({"runId": runs[user][0]}, auth(user))
+            )
+            for user in runs
+            for i in range(2)
+        }
+        for conn in conns.values():
+            assert (await conn.next_event()) is not None
+        for i in range(4):
+            for _, leased in runs.values():
+                await leased.emit(AssistantDeltaEvent(text=f"d{i}"))
+        await asyncio.sleep(0.5)
+        for _, leased in runs.values():
+            await leased.finish("completed", result={"text": "x"})
+        for (user, _), conn in conns.items():
+            frames = await conn.read_to_end(wait=3)
+            assert seqs(frames) == [2, 3, 4, 5, 6]
+            assert {json.loads(f.data or "")["runId"] for f in frames} == {runs[user][0]}
+    both = {uuid.UUID(run_id) for run_id, _ in runs.values()}
+    assert any(batch == both for batch in batches)
+
+
+async def test_a_stream_resumes_with_last_event_id_while_the_hub_serves_the_run(
+    api: Api,
+) -> None:
+    """A client that drops and reconnects with `Last-Event-ID` while another stream of the run
+    stays live (so the hub has read past it) catches up by itself, then goes live: no gap, no
+    duplicate, on either stream."""
+    api.runtime.hub.poll_seconds = 30
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as steady:
+        assert (await steady.next_event()) is not None
+        async with api.stream({"runId": run_id}, auth()) as dropping:
+            assert (await dropping.next_event()) is not None
+            await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+            frame = await dropping.next_event(wait=3)
+            assert frame is not None and frame.id == "2"
+        for i in range(3):  # while it is away: seqs 3-5, read by the hub for `steady`
+            await leased.emit(AssistantDeltaEvent(text=str(i)))
+        got = [await steady.next_event(wait=3) for _ in range(4)]
+        assert seqs([f for f in got if f]) == [2, 3, 4, 5]
+        async with api.stream({"runId": run_id}, {**auth(), "Last-Event-ID": "2"}) as back:
+            first = [await back.next_event(wait=3) for _ in range(3)]
+            assert seqs([f for f in first if f]) == [3, 4, 5]
+            await leased.emit(AssistantDeltaEvent(text="live"))
+            await leased.finish("completed", result={"text": "x"})
+            assert seqs(await back.read_to_end(wait=3)) == [6, 7]
+        assert seqs(await steady.read_to_end(wait=3)) == [6, 7]
+
+
+async def test_streams_read_for_themselves_when_the_shared_read_fails(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing shared read hands the streams back to their own reads: nothing is lost."""
+    api.runtime.hub.poll_seconds = 30
+    reader = api.runtime.hub._reader
+    own_read = reader.read
+    failures = [RuntimeError("connection lost")]
+
+    async def flaky(positions: dict[uuid.UUID, int]) -> Any:
+        if failures:
+            raise failures.pop()
+        return await own_read(positions)
+
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        monkeypatch.setattr(reader, "read", flaky)
+        await leased.emit(RunStartedEvent(attempt=1, worker_id="w"))
+        frame = await conn.next_event(wait=3)
+        assert frame is not None and frame.id == "2" and not failures
+        await leased.emit(AssistantDeltaEvent(text="a"))
+        await leased.finish("completed", result={"text": "x"})
+        assert seqs(await conn.read_to_end(wait=3)) == [3, 4]
 
 
 async def test_the_hub_never_serves_a_stream_of_a_run_its_principal_cannot_see(
