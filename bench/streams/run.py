@@ -10,8 +10,9 @@ after the run's last event; once every stream is up, the producer writes `--rate
 run for `--seconds`. Delivery delay = the client's wall clock at arrival − the event's stored
 `ts` (`run_events.created_at`, the database's clock on the same machine). `created_at` is the
 writing transaction's start, so that delay includes the producer's own write (its p99 is in the
-table); "after commit" is the arrival − the producer's wall clock once its commit returned, the
-part the API is answerable for.
+table); "after commit" is the arrival − the event's commit time (`pg_xact_commit_timestamp`: the
+bench turns on `track_commit_timestamp` in its embedded server), the part the API is answerable
+for: the NOTIFY, the hub's read, the hand-over and the socket write.
 
     .venv/bin/python bench/streams/run.py --streams 100,500,1000,2000 --rate 1 --seconds 15
 
@@ -162,6 +163,25 @@ def _settle(pid: int, idle_percent: float = 10.0, timeout: float = 120.0) -> Non
             return
 
 
+def _commit_times(
+    ctx: dict[str, Any], run_ids: list[str], after: dict[str, int]
+) -> dict[tuple[str, int], float]:
+    """Each new event's commit time (Postgres's, epoch seconds), when the server tracks them;
+    else the producer's wall clock once its commit returned (later than the commit by however
+    long the producer took to resume)."""
+    if ctx["commit_ts"]:
+        with _connect(ctx["url"]) as conn:
+            rows = conn.execute(
+                "SELECT e.run_id::text, e.seq, extract(epoch FROM pg_xact_commit_timestamp(e.xmin))"
+                " FROM run_events e JOIN unnest(%s::uuid[], %s::bigint[]) AS w(run_id, after)"
+                " ON e.run_id = w.run_id AND e.seq > w.after",
+                (run_ids, [after[r] for r in run_ids]),
+            ).fetchall()
+        return {(run, int(seq)): float(t) for run, seq, t in rows if t is not None}
+    commits = json.loads((ctx["dir"] / "commits.json").read_text())
+    return {(run, seq): t for run, seq, t in commits}
+
+
 def _step(
     ctx: dict[str, Any], streams: int, rate: float, seconds: float, clients: int
 ) -> dict[str, Any]:
@@ -218,7 +238,7 @@ def _step(
         p.wait(30)
         results.append(json.loads(out.read_text()))
     delays = [d for r in results for d in r["delays_ms"]]
-    committed = {(run, seq): t for run, seq, t in json.loads(commits_path.read_text())}
+    committed = _commit_times(ctx, [r for r, _ in runs], last)
     after_commit = [
         (t - committed[(run, seq)]) * 1000
         for r in results
@@ -254,6 +274,9 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> list[di
         conn.execute("CREATE DATABASE bench_streams")
     url = make_url(server_url).set(database="bench_streams").render_as_string(hide_password=False)
     upgrade_to_head(url)
+    with _connect(url) as conn:
+        row = conn.execute("SHOW track_commit_timestamp").fetchone()
+        commit_ts = row is not None and row[0] == "on"
     port = _free_port()
     env = {
         **os.environ,
@@ -293,6 +316,7 @@ def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> list[di
             "runs": runs,
             "tokens": {t: _token(t) for t in range(args.tenants)},
             "dir": data_dir,
+            "commit_ts": commit_ts,
         }
         steps = []
         for n in args.streams:
@@ -358,6 +382,9 @@ def main() -> None:
         help="run the API from this source tree (e.g. a `git worktree` of another revision, for "
         "an A/B in one sitting); the bench's producer and clients always run from this one",
     )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the data directory (clients' arrivals, logs)"
+    )
     args = parser.parse_args()
     fds = _raise_fd_limit()
     data_dir = Path(tempfile.mkdtemp(prefix="arts-", dir="/tmp"))
@@ -368,12 +395,17 @@ def main() -> None:
         if not server_url:
             pg = EmbeddedPostgres(data_dir)
             server_url = pg.start()
+            with _connect(server_url) as conn:  # commit times: a restart makes it take effect
+                conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+            pg.stop()
+            pg = EmbeddedPostgres(data_dir)
+            server_url = pg.start()
         steps = _bench(args, server_url, data_dir)
         finished = True
     finally:
         if pg is not None:
             pg.stop()
-        if finished:
+        if finished and not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
         else:
             print(f"(kept {data_dir}: the services' log is bench.log)", file=sys.stderr)
