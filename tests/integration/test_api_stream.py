@@ -1,9 +1,10 @@
 """SSE: replay, resume without gap or duplicate, live delivery, end on terminal, keep-alive,
-disconnect, and one shared LISTEN connection for every stream."""
+disconnect, one shared LISTEN connection and one shared read for every stream, tenant isolation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,9 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
+from app.api import hub_reader, run_feed
+from app.api.run_feed import follow_run
+from app.auth.principal import Principal
 from app.core.events import AssistantDeltaEvent
 from app.db import listen
 from app.db.engine import Database
@@ -266,3 +270,169 @@ async def test_stream_polls_when_the_listener_is_down(database: Database, db_url
             await leased.finish("failed", error={"code": "x", "message": "y"})
             rest = await conn.read_to_end(wait=2)
             assert [f.event for f in rest] == ["run.started", "assistant.delta", "run.failed"]
+
+
+async def test_live_streams_of_a_run_are_served_by_the_hub_without_reading_themselves(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once caught up, streams get their events from the hub's shared read: each of three
+    streams of one run reads the database once (its catch-up under its own principal), however
+    many events follow, and each gets every event in order."""
+    api.runtime.hub.poll_seconds = 30  # no fallback poll: only NOTIFY + the shared read deliver
+    reads: list[int] = []
+    own_read = run_feed._read
+
+    async def counted(*args: Any) -> Any:
+        reads.append(args[-1])
+        return await own_read(*args)
+
+    monkeypatch.setattr(run_feed, "_read", counted)
+    run_id, leased = await start_run(api)
+    async with contextlib.AsyncExitStack() as stack:
+        conns = [
+            await stack.enter_async_context(api.stream({"runId": run_id}, auth())) for _ in range(3)
+        ]
+        for conn in conns:
+            assert (await conn.next_event()) is not None
+        assert api.runtime.hub.shared
+        for i in range(5):
+            await leased.emit(AssistantDeltaEvent(text=str(i)))
+        await leased.finish("completed", result={"text": "x"})
+        for conn in conns:
+            assert seqs(await conn.read_to_end(wait=3)) == [2, 3, 4, 5, 6, 7, 8]
+    assert reads == [0, 0, 0]
+
+
+async def test_one_shared_read_hands_each_tenant_only_its_own_runs_events(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's and mallory's runs are live at once and read by the hub in the same statement;
+    each stream gets exactly its own run's events, all of them, in order."""
+    hub = api.runtime.hub
+    hub.poll_seconds = 0.2  # the periodic re-read covers every live run in one statement
+    batches: list[set[uuid.UUID]] = []
+    reader = hub._reader
+    own_read = reader.read
+
+    async def recorded(positions: dict[uuid.UUID, int]) -> Any:
+        batches.append(set(positions))
+        return await own_read(positions)
+
+    monkeypatch.setattr(reader, "read", recorded)
+    runs = {user: await start_run(api, user=user) for user in ("alice", "mallory")}
+    async with contextlib.AsyncExitStack() as stack:
+        conns = {
+            (user, i): await stack.enter_async_context(
+                api.stream({"runId": runs[user][0]}, auth(user))
+            )
+            for user in runs
+            for i in range(2)
+        }
+        for conn in conns.values():
+            assert (await conn.next_event()) is not None
+        for i in range(4):
+            for _, leased in runs.values():
+                await leased.emit(AssistantDeltaEvent(text=f"d{i}"))
+        await asyncio.sleep(0.5)
+        for _, leased in runs.values():
+            await leased.finish("completed", result={"text": "x"})
+        for (user, _), conn in conns.items():
+            frames = await conn.read_to_end(wait=3)
+            assert seqs(frames) == [2, 3, 4, 5, 6, 7]  # 2: the claim's run.started
+            assert {json.loads(f.data or "")["runId"] for f in frames} == {runs[user][0]}
+    both = {uuid.UUID(run_id) for run_id, _ in runs.values()}
+    assert any(batch == both for batch in batches)
+
+
+async def test_a_stream_resumes_with_last_event_id_while_the_hub_serves_the_run(
+    api: Api,
+) -> None:
+    """A client that drops and reconnects with `Last-Event-ID` while another stream of the run
+    stays live (so the hub has read past it) catches up by itself, then goes live: no gap, no
+    duplicate, on either stream."""
+    api.runtime.hub.poll_seconds = 30
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as steady:
+        assert (await steady.next_event()) is not None
+        async with api.stream({"runId": run_id}, auth()) as dropping:
+            assert (await dropping.next_event()) is not None
+            frame = await dropping.next_event(wait=3)  # the claim's run.started
+            assert frame is not None and frame.id == "2"
+        for i in range(3):  # while it is away: seqs 3-5, read by the hub for `steady`
+            await leased.emit(AssistantDeltaEvent(text=str(i)))
+        got = [await steady.next_event(wait=3) for _ in range(4)]
+        assert seqs([f for f in got if f]) == [2, 3, 4, 5]
+        async with api.stream({"runId": run_id}, {**auth(), "Last-Event-ID": "2"}) as back:
+            first = [await back.next_event(wait=3) for _ in range(3)]
+            assert seqs([f for f in first if f]) == [3, 4, 5]
+            await leased.emit(AssistantDeltaEvent(text="live"))
+            await leased.finish("completed", result={"text": "x"})
+            assert seqs(await back.read_to_end(wait=3)) == [6, 7]
+        assert seqs(await steady.read_to_end(wait=3)) == [6, 7]
+
+
+async def test_streams_read_for_themselves_when_the_shared_read_fails(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing shared read hands the streams back to their own reads: nothing is lost."""
+    api.runtime.hub.poll_seconds = 30
+    reader = api.runtime.hub._reader
+    own_read = reader.read
+    failures = [RuntimeError("connection lost")]
+
+    async def flaky(positions: dict[uuid.UUID, int]) -> Any:
+        if failures:
+            raise failures.pop()
+        return await own_read(positions)
+
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        assert (await conn.next_event()) is not None  # the claim's run.started
+        monkeypatch.setattr(reader, "read", flaky)
+        await leased.emit(AssistantDeltaEvent(text="s"))
+        frame = await conn.next_event(wait=3)
+        assert frame is not None and frame.id == "3" and not failures
+        await leased.emit(AssistantDeltaEvent(text="a"))
+        await leased.finish("completed", result={"text": "x"})
+        assert seqs(await conn.read_to_end(wait=3)) == [4, 5]
+
+
+async def test_the_hub_never_serves_a_stream_of_a_run_its_principal_cannot_see(
+    api: Api, alice: Principal, mallory: Principal
+) -> None:
+    """While the hub serves alice's stream of her run, the same feed asked for by another tenant
+    (or by a member who cannot see alice's private session) yields nothing and ends at once:
+    the stream's own RLS read comes first, and the hub only hands a run's rows to streams that
+    passed it."""
+    run_id, leased = await start_run(api)
+    async with api.stream({"runId": run_id}, auth()) as conn:
+        assert (await conn.next_event()) is not None
+        assert (await conn.next_event()) is not None  # the claim's run.started
+        await leased.emit(AssistantDeltaEvent(text="s"))
+        assert (await conn.next_event(wait=3)) is not None  # the hub is reading this run
+        bob = Principal(user_id="bob", tenant_id="acme", role="member")
+        for outsider in (mallory, bob):
+            got = [e async for e in follow_run(api.runtime, outsider, uuid.UUID(run_id), 0)]
+            assert got == []
+        await leased.emit(AssistantDeltaEvent(text="secret"))
+        await leased.finish("completed", result={"text": "secret"})
+        assert seqs(await conn.read_to_end(wait=3)) == [4, 5]
+    assert api.runtime.hub.subscriber_count() == 0
+
+
+async def test_streams_read_for_themselves_when_the_role_obeys_rls(
+    database: Database, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database role that cannot bypass RLS cannot read for every tenant: the hub then only
+    wakes streams, and each reads its run under its own principal."""
+    monkeypatch.setattr(hub_reader, "_BYPASSES_RLS", "SELECT false")
+    async with running_api(make_settings(db_url), database) as api:
+        api.runtime.hub.poll_seconds = 30  # NOTIFY wake-ups deliver, not the poll
+        run_id, leased = await start_run(api)
+        async with api.stream({"runId": run_id}, auth()) as conn:
+            assert (await conn.next_event()) is not None
+            assert api.runtime.hub.listening and not api.runtime.hub.shared
+            await leased.emit(AssistantDeltaEvent(text="s"))
+            await leased.finish("completed", result={"text": "x"})
+            assert seqs(await conn.read_to_end(wait=3)) == [2, 3, 4]
