@@ -129,6 +129,11 @@ async def lock_session(s: AsyncSession, session_id: UUID) -> None:
 async def if_busy_of(s: AsyncSession, agent_id: UUID) -> IfBusy:
     """The agent's `ifBusy` setting (`agents.settings`), `enqueue` if unset or unreadable."""
     value = await s.scalar(select(Agent.settings["ifBusy"].astext).where(Agent.id == agent_id))
+    return if_busy_setting(value)
+
+
+def if_busy_setting(value: object) -> IfBusy:
+    """An agent's stored `ifBusy` value as a mode, `enqueue` if unset or unreadable."""
     for mode in get_args(IfBusy):
         if value == mode:
             return mode  # type: ignore[no-any-return]
@@ -144,16 +149,22 @@ async def post_message(
     if_busy: IfBusy | None,
     collect_window_seconds: float,
     admit: Admit | None = None,
+    session_locked: bool = False,
 ) -> Posted:
     """Post `message` to the lane in the caller's tenant transaction, as `if_busy` (None: the
     agent's setting) says. Raises SessionBusyError (`reject`), LaneContendedError (retry).
 
     `admit` is awaited right before a new run is inserted (not when the message goes into a
-    live or collecting run): it raises to refuse the run (the tenant's quotas)."""
-    await lock_session(s, lane.session_id)
+    live or collecting run): it raises to refuse the run (the tenant's quotas).
+    `session_locked`: the transaction already holds the session row's lock (it updated or
+    inserted the row), so it is not locked again."""
+    if not session_locked:
+        await lock_session(s, lane.session_id)
     mode = if_busy or await if_busy_of(s, lane.agent_id)
+    if mode == "enqueue":  # whatever is live: the lane's live runs need not be read
+        return await _queued(s, principal, lane, {"message": message}, mode, admit)
     live = await _live_runs(s, lane.session_id)
-    if not live or mode == "enqueue":
+    if not live:
         return await _queued(s, principal, lane, {"message": message}, mode, admit)
     if mode == "reject":
         busy = next((r for r in live if r.status != "queued"), live[0])
