@@ -41,7 +41,7 @@ from app.core.errors import SessionBusyError
 from app.core.events import RunCancelledEvent, RunInterruptedEvent, RunQueuedEvent
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.observability.tracing import current_trace_context
-from app.queue.event_log import emit_unleased
+from app.queue.event_log import emit_unleased, insert_events
 from app.queue.run_audit import run_cancelled, run_posted
 from app.queue.sql import query
 
@@ -240,6 +240,7 @@ async def insert_run(
         "input": run_input,
         "parent_run_id": parent_run_id,
         "trace_context": current_trace_context(),
+        "last_event_seq": 1,  # its `run.queued`, stored next (no seq to reserve on a new run)
     }
     if not_before_seconds is not None:
         values["not_before"] = func.now() + timedelta(seconds=not_before_seconds)
@@ -247,8 +248,12 @@ async def insert_run(
         values["deadline_at"] = func.now() + timedelta(seconds=deadline_seconds)
     run_id: UUID | None = await s.scalar(insert(Run).values(**values).returning(Run.id))
     assert run_id is not None
-    await emit_unleased(
-        s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=lane.session_key)]
+    await insert_events(
+        s,
+        run_id=run_id,
+        tenant_id=principal.tenant_id,
+        last_seq=1,
+        events=[RunQueuedEvent(session_key=lane.session_key)],
     )
     await run_posted(
         s,

@@ -3,7 +3,8 @@
 A fresh embedded Postgres (or DATABASE_URL's server), the API as a subprocess (`python -m app.cli
 api`), no worker: every post just queues a run. One HTTP/1.1 keep-alive client posts
 sequentially; a block of posts goes to one session (created by an untimed first post), the next
-block to a fresh session, so no session's lane grows long. Prints p50/p95/p99 in ms.
+block to a fresh session, so no session's lane grows long. Prints p50/p95/p99 in ms and the API
+process's CPU time per timed post (from `/proc`, so Linux only).
 
 `--ab REV` also starts the API of git revision REV (from a detached worktree in /tmp, its own
 database migrated by its own code, the same venv) and measures both alternately, block by
@@ -83,6 +84,8 @@ class Target:
     proc: subprocess.Popen[bytes] | None = None
     samples: list[float] = field(default_factory=list)
     blocks: int = 0
+    cpu: float = 0.0
+    """CPU seconds the API process spent in the timed blocks."""
 
     @property
     def base(self) -> str:
@@ -143,6 +146,7 @@ def _block(client: httpx.Client, target: Target, size: int, record: bool) -> Non
     target.blocks += 1
     r = client.post(f"{target.base}/api/agent-runtime", json={"message": "hi", "sessionKey": key})
     r.raise_for_status()
+    cpu = _cpu_seconds(target)
     for i in range(size):
         t = time.perf_counter()
         r = client.post(
@@ -153,6 +157,15 @@ def _block(client: httpx.Client, target: Target, size: int, record: bool) -> Non
             raise SystemExit(f"{target.name}: {r.status_code} {r.text}")
         if record:
             target.samples.append(elapsed)
+    if record:
+        target.cpu += _cpu_seconds(target) - cpu
+
+
+def _cpu_seconds(target: Target) -> float:
+    """User + system CPU time of the target's API process so far (Linux `/proc`)."""
+    assert target.proc is not None
+    fields = Path(f"/proc/{target.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _logged(
@@ -197,7 +210,11 @@ def _worktree(rev: str) -> Path:
 
 def _row(label: str, t: Target) -> str:
     ms = [v * 1000 for v in t.samples]
-    return f"| {label} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} | {_pct(ms, 99):.2f} | {len(ms)} |"
+    cpu = t.cpu / len(ms) * 1000
+    return (
+        f"| {label} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} | {_pct(ms, 99):.2f} | {cpu:.2f} "
+        f"| {len(ms)} |"
+    )
 
 
 def main() -> None:
@@ -238,6 +255,10 @@ def main() -> None:
                 while done < args.warmup:
                     _block(client, t, min(args.block, args.warmup - done), record=False)
                     done += args.block
+            if args.profile is not None:
+                assert targets[0].proc is not None
+                targets[0].proc.send_signal(signal.SIGUSR1)  # profile the timed posts only
+                time.sleep(0.2)
             done = 0
             while done < args.posts:
                 size = min(args.block, args.posts - done)
@@ -254,8 +275,8 @@ def main() -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
 
     print(f"\nposts={args.posts} per API (warm-up {args.warmup}, {args.block} per session)\n")
-    print("| API | p50 (ms) | p95 (ms) | p99 (ms) | posts |")
-    print("|---|---|---|---|---|")
+    print("| API | p50 (ms) | p95 (ms) | p99 (ms) | API CPU/post (ms) | posts |")
+    print("|---|---|---|---|---|---|")
     print(_row("this tree", targets[0]))
     if len(targets) > 1:
         print(_row(f"{args.ab}", targets[1]))
