@@ -199,13 +199,19 @@ async def _lock_run(s: AsyncSession, run_id: UUID) -> str | None:
         ).one_or_none()
         await s.execute(text("SET LOCAL lock_timeout TO DEFAULT"))
     except DBAPIError as exc:
-        if _sqlstate(exc) in _LOCK_FAILURES:
+        if is_lock_failure(exc):
             raise LaneContendedError(f"run {run_id} is locked") from exc
         raise
     if row is None:
         return None
     stopping = row.status == "running" and row.cancel_requested_at is not None
     return "stopping" if stopping else str(row.status)
+
+
+def is_lock_failure(exc: DBAPIError) -> bool:
+    """The statement lost a lock wait (`lock_timeout` or a deadlock it was chosen to break):
+    rolling back and posting again (`LaneContendedError`) is the cure."""
+    return _sqlstate(exc) in _LOCK_FAILURES
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from sqlalchemy import ColumnElement, Float, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.agents.store import default_agent, get_agent
@@ -34,10 +34,12 @@ from app.observability import metrics
 from app.queue.busy import (
     IfBusy,
     Lane,
+    LaneContendedError,
     PostedStatus,
     close_approvals,
     if_busy_setting,
     insert_run,
+    is_lock_failure,
     lock_session,
     post_message,
     retry_contended,
@@ -362,7 +364,15 @@ class RunQueue:
         )
         if principal.role == "member":  # as `_visible_session`: members post to their own only
             touch = touch.where(AgentSession.user_id == principal.user_id)
-        row = (await s.execute(touch)).one_or_none()
+        try:
+            row = (await s.execute(touch)).one_or_none()
+        except DBAPIError as exc:
+            # Waiting for the session row, this post can close a lock cycle (a post holding
+            # the row waits for a run row a worker holds, which waits for the session row):
+            # chosen as the deadlock's victim, it rolls back and posts again like any other.
+            if is_lock_failure(exc):
+                raise LaneContendedError(f"session {key!r} is contended") from exc
+            raise
         if row is None:
             return None
         return row[0], if_busy_setting(row[1])
