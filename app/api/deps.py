@@ -1,4 +1,7 @@
-"""Shared route dependencies as `Annotated` aliases: the principal, the queue, the database."""
+"""Shared route dependencies as `Annotated` aliases: the principal, the queue, the database.
+
+They are `async def` even where they do not await: FastAPI runs a plain `def` dependency in its
+thread pool, a hop to another thread and back on every request for a getattr."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ class Runtime:
     hub: EventHub
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     """The app's `Runtime` (set by the lifespan)."""
     runtime = getattr(request.app.state, "runtime", None)
     if not isinstance(runtime, Runtime):
@@ -39,7 +42,7 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """The app's settings (available before the lifespan runs)."""
     settings = request.app.state.settings
     assert isinstance(settings, Settings)
@@ -50,17 +53,17 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_queue(runtime: RuntimeDep) -> RunQueue:
+async def get_queue(runtime: RuntimeDep) -> RunQueue:
     """The run queue."""
     return runtime.queue
 
 
-def get_database(runtime: RuntimeDep) -> Database:
+async def get_database(runtime: RuntimeDep) -> Database:
     """The database."""
     return runtime.db
 
 
-def get_hub(runtime: RuntimeDep) -> EventHub:
+async def get_hub(runtime: RuntimeDep) -> EventHub:
     """The SSE wake-up hub."""
     return runtime.hub
 
@@ -70,7 +73,7 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 HubDep = Annotated[EventHub, Depends(get_hub)]
 
 
-def get_verifier(request: Request) -> TokenVerifier:
+async def get_verifier(request: Request) -> TokenVerifier:
     """The app's token verifier (built with the app; its JWKS cache lives as long as the app)."""
     verifier = request.app.state.verifier
     assert isinstance(verifier, TokenVerifier)

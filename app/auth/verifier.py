@@ -10,17 +10,34 @@ from its key's is refused, as are `none` and every algorithm not listed here.
 from __future__ import annotations
 
 import math
+import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
 from jwt.warnings import InsecureKeyLengthWarning
 
-from app.auth.jwks import KEY_TYPES, MAX_KID_CHARS, JwksCache, JwksUnavailable
+from app.auth.jwks import KEY_TYPES, MAX_KID_CHARS, JwksCache, JwksUnavailable, SigningKey
 from app.auth.jwt import ALGORITHM as HS256
 from app.auth.jwt import AuthError, decode_claims, principal_from_claims
 from app.auth.principal import Principal
 from app.config import Settings
+
+VERIFIED_CACHE_SIZE = 1024
+"""Tokens remembered as verified (a client sends the same token on every request)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A token that passed: who it is, until when (`exp` + leeway), and the JWKS key that checked
+    it (None: the secret)."""
+
+    principal: Principal
+    valid_until: float
+    kid: str | None = None
+    key: SigningKey | None = None
 
 
 class AuthUnavailableError(Exception):
@@ -33,7 +50,13 @@ class AuthUnavailableError(Exception):
 
 
 class TokenVerifier:
-    """Verifies bearer tokens into a `Principal` with the configured secret and/or JWKS."""
+    """Verifies bearer tokens into a `Principal` with the configured secret and/or JWKS.
+
+    A token that passed is remembered (the last `VERIFIED_CACHE_SIZE`, by its exact text) until
+    its `exp` (plus the leeway): the same token again is not decoded and its signature not
+    checked again (PyJWT spends about 0.1 ms on it). One checked with a JWKS key is taken from
+    memory only while the JWKS still serves that same key object; after a refetch it is checked
+    again, so a key removed from the JWKS refuses its tokens as before."""
 
     def __init__(
         self,
@@ -43,6 +66,7 @@ class TokenVerifier:
         jwks: JwksCache | None = None,
         issuer: str | None = None,
         leeway_seconds: float = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if jwks is not None and issuer is None:
             raise ValueError("JWKS verification needs the issuer")
@@ -51,6 +75,8 @@ class TokenVerifier:
         self.jwks = jwks
         self.issuer = issuer
         self.leeway_seconds = leeway_seconds
+        self._clock = clock
+        self._verified: dict[str, _Verified] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TokenVerifier:
@@ -83,34 +109,72 @@ class TokenVerifier:
         it needs cannot be fetched now (503)."""
         if not token or not token.strip():
             raise AuthError("missing bearer token")
+        remembered = await self._remembered(token)
+        if remembered is not None:
+            return remembered
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
             raise AuthError("token is malformed") from exc
         algorithm = header.get("alg")
         if algorithm == HS256:
-            return self._verify_hs256(token)
-        if isinstance(algorithm, str) and algorithm in KEY_TYPES:
-            return principal_from_claims(await self._verify_asymmetric(token, header, algorithm))
-        raise AuthError(f"token algorithm {str(algorithm)[:20]!r} is not allowed")
+            claims = self._verify_hs256(token)
+            verified = _Verified(principal_from_claims(claims), self._valid_until(claims))
+        elif isinstance(algorithm, str) and algorithm in KEY_TYPES:
+            claims, kid, key = await self._verify_asymmetric(token, header, algorithm)
+            verified = _Verified(principal_from_claims(claims), self._valid_until(claims), kid, key)
+        else:
+            raise AuthError(f"token algorithm {str(algorithm)[:20]!r} is not allowed")
+        self._remember(token, verified)
+        return verified.principal
 
-    def _verify_hs256(self, token: str) -> Principal:
+    async def _remembered(self, token: str) -> Principal | None:
+        """The principal of a token that passed before and is still valid; None otherwise."""
+        verified = self._verified.get(token)
+        if verified is None:
+            return None
+        if self._clock() < verified.valid_until:
+            if verified.kid is None:
+                return verified.principal
+            assert self.jwks is not None  # a JWKS key checked it
+            try:
+                if await self.jwks.get(verified.kid) is verified.key:
+                    return verified.principal
+            except JwksUnavailable:
+                pass  # checked again below: the same answer as without memory
+        self._verified.pop(token, None)
+        return None
+
+    def _valid_until(self, claims: dict[str, Any]) -> float:
+        """When verified `claims` expire (`exp` is required and checked by `decode_claims`)."""
+        return float(claims["exp"]) + self.leeway_seconds
+
+    def _remember(self, token: str, verified: _Verified) -> None:
+        if len(self._verified) >= VERIFIED_CACHE_SIZE:
+            now = self._clock()
+            for old, entry in list(self._verified.items()):
+                if entry.valid_until <= now:
+                    del self._verified[old]
+            if len(self._verified) >= VERIFIED_CACHE_SIZE:  # all live: drop the oldest
+                del self._verified[next(iter(self._verified))]
+        self._verified[token] = verified
+
+    def _verify_hs256(self, token: str) -> dict[str, Any]:
         if self.secret is None:
             raise AuthError("HS256 tokens are not accepted (no SUPABASE_JWT_SECRET configured)")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", InsecureKeyLengthWarning)
-            claims = decode_claims(
+            return decode_claims(
                 token,
                 self.secret,
                 algorithm=HS256,
                 audience=self.audience,
                 leeway_seconds=self.leeway_seconds,
             )
-        return principal_from_claims(claims)
 
     async def _verify_asymmetric(
         self, token: str, header: dict[str, Any], algorithm: str
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], str, SigningKey]:
         if self.jwks is None:
             raise AuthError(f"{algorithm} tokens are not accepted (no SUPABASE_URL configured)")
         kid = header.get("kid")
@@ -130,7 +194,7 @@ class TokenVerifier:
                 f"token algorithm {algorithm} does not match its key's ({key.algorithm})"
             )
         assert self.issuer is not None  # checked in __init__
-        return decode_claims(
+        claims = decode_claims(
             token,
             key.key,
             algorithm=key.algorithm,
@@ -138,3 +202,4 @@ class TokenVerifier:
             issuer=self.issuer,
             leeway_seconds=self.leeway_seconds,
         )
+        return claims, kid, key

@@ -41,7 +41,7 @@ from app.core.errors import SessionBusyError
 from app.core.events import RunCancelledEvent, RunInterruptedEvent, RunQueuedEvent
 from app.db.models import Agent, AgentSession, Run, ToolApproval, ToolExecution
 from app.observability.tracing import current_trace_context
-from app.queue.event_log import emit_unleased
+from app.queue.event_log import emit_unleased, insert_events
 from app.queue.run_audit import run_cancelled, run_posted
 from app.queue.sql import query
 
@@ -129,6 +129,11 @@ async def lock_session(s: AsyncSession, session_id: UUID) -> None:
 async def if_busy_of(s: AsyncSession, agent_id: UUID) -> IfBusy:
     """The agent's `ifBusy` setting (`agents.settings`), `enqueue` if unset or unreadable."""
     value = await s.scalar(select(Agent.settings["ifBusy"].astext).where(Agent.id == agent_id))
+    return if_busy_setting(value)
+
+
+def if_busy_setting(value: object) -> IfBusy:
+    """An agent's stored `ifBusy` value as a mode, `enqueue` if unset or unreadable."""
     for mode in get_args(IfBusy):
         if value == mode:
             return mode  # type: ignore[no-any-return]
@@ -144,16 +149,22 @@ async def post_message(
     if_busy: IfBusy | None,
     collect_window_seconds: float,
     admit: Admit | None = None,
+    session_locked: bool = False,
 ) -> Posted:
     """Post `message` to the lane in the caller's tenant transaction, as `if_busy` (None: the
     agent's setting) says. Raises SessionBusyError (`reject`), LaneContendedError (retry).
 
     `admit` is awaited right before a new run is inserted (not when the message goes into a
-    live or collecting run): it raises to refuse the run (the tenant's quotas)."""
-    await lock_session(s, lane.session_id)
+    live or collecting run): it raises to refuse the run (the tenant's quotas).
+    `session_locked`: the transaction already holds the session row's lock (it updated or
+    inserted the row), so it is not locked again."""
+    if not session_locked:
+        await lock_session(s, lane.session_id)
     mode = if_busy or await if_busy_of(s, lane.agent_id)
+    if mode == "enqueue":  # whatever is live: the lane's live runs need not be read
+        return await _queued(s, principal, lane, {"message": message}, mode, admit)
     live = await _live_runs(s, lane.session_id)
-    if not live or mode == "enqueue":
+    if not live:
         return await _queued(s, principal, lane, {"message": message}, mode, admit)
     if mode == "reject":
         busy = next((r for r in live if r.status != "queued"), live[0])
@@ -188,13 +199,19 @@ async def _lock_run(s: AsyncSession, run_id: UUID) -> str | None:
         ).one_or_none()
         await s.execute(text("SET LOCAL lock_timeout TO DEFAULT"))
     except DBAPIError as exc:
-        if _sqlstate(exc) in _LOCK_FAILURES:
+        if is_lock_failure(exc):
             raise LaneContendedError(f"run {run_id} is locked") from exc
         raise
     if row is None:
         return None
     stopping = row.status == "running" and row.cancel_requested_at is not None
     return "stopping" if stopping else str(row.status)
+
+
+def is_lock_failure(exc: DBAPIError) -> bool:
+    """The statement lost a lock wait (`lock_timeout` or a deadlock it was chosen to break):
+    rolling back and posting again (`LaneContendedError`) is the cure."""
+    return _sqlstate(exc) in _LOCK_FAILURES
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
@@ -229,6 +246,7 @@ async def insert_run(
         "input": run_input,
         "parent_run_id": parent_run_id,
         "trace_context": current_trace_context(),
+        "last_event_seq": 1,  # its `run.queued`, stored next (no seq to reserve on a new run)
     }
     if not_before_seconds is not None:
         values["not_before"] = func.now() + timedelta(seconds=not_before_seconds)
@@ -236,8 +254,12 @@ async def insert_run(
         values["deadline_at"] = func.now() + timedelta(seconds=deadline_seconds)
     run_id: UUID | None = await s.scalar(insert(Run).values(**values).returning(Run.id))
     assert run_id is not None
-    await emit_unleased(
-        s, run_id, principal.tenant_id, [RunQueuedEvent(session_key=lane.session_key)]
+    await insert_events(
+        s,
+        run_id=run_id,
+        tenant_id=principal.tenant_id,
+        last_seq=1,
+        events=[RunQueuedEvent(session_key=lane.session_key)],
     )
     await run_posted(
         s,

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from sqlalchemy import ColumnElement, Float, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.agents.store import default_agent, get_agent
@@ -34,9 +34,12 @@ from app.observability import metrics
 from app.queue.busy import (
     IfBusy,
     Lane,
+    LaneContendedError,
     PostedStatus,
     close_approvals,
+    if_busy_setting,
     insert_run,
+    is_lock_failure,
     lock_session,
     post_message,
     retry_contended,
@@ -259,7 +262,13 @@ class RunQueue:
         else:
             agent = None
         key = session_key or new_session_key()
-        agent_session = await self._get_or_create_session(s, principal, key, agent)
+        agent_session, session_if_busy = await self._get_or_create_session(
+            s, principal, key, agent, fresh=session_key is None
+        )
+        if agent is not None:
+            if_busy = if_busy or if_busy_setting(agent.settings.get("ifBusy"))
+        else:
+            if_busy = if_busy or session_if_busy
         lane = Lane(
             session_id=agent_session.id,
             session_key=key,
@@ -289,6 +298,7 @@ class RunQueue:
             if_busy=if_busy,
             collect_window_seconds=self.collect_window_seconds,
             admit=admit if check_quotas else None,
+            session_locked=True,  # `_get_or_create_session` updated or inserted its row
         )
         if posted.status == "queued" or (posted.status == "collected" and not posted.merged):
             await add_tokens(s, principal.tenant_id, 0, 0, runs=1)
@@ -300,11 +310,24 @@ class RunQueue:
         )
 
     async def _get_or_create_session(
-        self, s: AsyncSession, principal: Principal, key: str, agent: Agent | None
-    ) -> AgentSession:
-        existing = await self._visible_session(s, principal, key)
-        if existing is not None:
-            return existing
+        self,
+        s: AsyncSession,
+        principal: Principal,
+        key: str,
+        agent: Agent | None,
+        *,
+        fresh: bool = False,
+    ) -> tuple[AgentSession, IfBusy | None]:
+        """The session with this key (touched for a new post, its row locked by this
+        transaction), created if new (`fresh`: a key just generated, not looked up); and its
+        agent's `ifBusy` setting when known without another read (None: not read)."""
+        if not fresh:
+            touched = await self._touch_own_session(s, principal, key)
+            if touched is not None:
+                return touched
+            existing = await self._visible_session(s, principal, key)
+            if existing is not None:
+                return existing, None
         if agent is None:
             agent = await default_agent(
                 s, principal, model=self.default_model, max_turns=self.max_turns
@@ -324,14 +347,49 @@ class RunQueue:
             .returning(AgentSession)
         )
         if created is not None:
-            return created
+            return created, if_busy_setting(agent.settings.get("ifBusy"))
         raced = await self._visible_session(s, principal, key)  # created concurrently
         if raced is not None:
-            return raced
+            return raced, None
         raise ConflictError(
             f"session key {key!r} belongs to another user's private session; "
             "use another key (or omit sessionKey for a new one)"
         )
+
+    async def _touch_own_session(
+        self, s: AsyncSession, principal: Principal, key: str
+    ) -> tuple[AgentSession, IfBusy] | None:
+        """The common post, in one statement: the session with this key that the caller may
+        post to, touched (which locks its row), with its agent's `ifBusy`. None when no such
+        row was updated (a new key, a session the caller may not post to, one the write policy
+        hides): `_visible_session` then reads it and says why."""
+        if_busy = (
+            select(Agent.settings["ifBusy"].astext)
+            .where(Agent.id == AgentSession.agent_id)
+            .correlate(AgentSession)
+            .scalar_subquery()
+        )
+        touch = (
+            update(AgentSession)
+            .where(AgentSession.tenant_id == principal.tenant_id, AgentSession.session_key == key)
+            .values(last_run_at=func.now(), updated_at=func.now())
+            .returning(AgentSession, if_busy)
+            .execution_options(synchronize_session=False)
+        )
+        if principal.role == "member":  # as `_visible_session`: members post to their own only
+            touch = touch.where(AgentSession.user_id == principal.user_id)
+        try:
+            row = (await s.execute(touch)).one_or_none()
+        except DBAPIError as exc:
+            # Waiting for the session row, this post can close a lock cycle (a post holding
+            # the row waits for a run row a worker holds, which waits for the session row):
+            # chosen as the deadlock's victim, it rolls back and posts again like any other.
+            if is_lock_failure(exc):
+                raise LaneContendedError(f"session {key!r} is contended") from exc
+            raise
+        if row is None:
+            return None
+        return row[0], if_busy_setting(row[1])
 
     async def _visible_session(
         self, s: AsyncSession, principal: Principal, key: str

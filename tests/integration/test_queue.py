@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from uuid import UUID
 
 import pytest
 from sqlalchemy import select, text
@@ -14,6 +15,7 @@ from app.core.transcript import ToolCall, UserMessage
 from app.db.engine import Database
 from app.db.models import Run, ToolExecution
 from app.db.models import RunEvent as RunEventRow
+from app.queue.busy import retry_contended
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from app.runtime.tool_records import tool_started
@@ -317,3 +319,45 @@ async def test_a_run_renewed_or_taken_over_meanwhile_is_not_failed(
     assert await queue.fail_exhausted() == [run.run_id]  # the current claim is failed
     types = [t for t, _ in await _events(database, run.run_id)]
     assert types == ["run.queued", "run.started", "run.resumed", "run.failed"]
+
+
+async def test_a_post_chosen_to_break_a_deadlock_on_its_session_row_posts_again(
+    database: Database, alice: Principal
+) -> None:
+    """A post waiting for its session's row can close a lock cycle; when Postgres picks it as the
+    deadlock's victim, the post is rolled back and made again (not a 500)."""
+    queue = RunQueue(database)
+    await queue.enqueue_run(alice, message="one", session_key="cycle")
+    attempts = 0
+    row_locked, post_waits = asyncio.Event(), asyncio.Event()
+
+    async def post() -> UUID:
+        async def attempt() -> UUID:
+            nonlocal attempts
+            attempts += 1
+            async with database.tenant(alice) as s:
+                await s.execute(text("SELECT pg_advisory_xact_lock(4242)"))  # held by the post
+                post_waits.set()
+                enqueued = await queue.enqueue_in(s, alice, message="two", session_key="cycle")
+                return enqueued.run_id
+
+        await row_locked.wait()
+        return await retry_contended(attempt)
+
+    async def holder() -> None:
+        """Holds the session row, then waits for the post's lock: a cycle."""
+        async with database.owner() as s:
+            await s.execute(text("SET LOCAL deadlock_timeout = '20s'"))  # the post detects it
+            await s.execute(
+                text("UPDATE agent_sessions SET title = title WHERE session_key = 'cycle'")
+            )
+            row_locked.set()
+            await post_waits.wait()
+            await asyncio.sleep(0.2)  # the post is waiting for the row now
+            await s.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+
+    run_id, _ = await asyncio.wait_for(asyncio.gather(post(), holder()), timeout=20)
+    assert attempts == 2
+    async with database.tenant(alice) as s:
+        run = await s.get(Run, run_id)
+    assert run is not None and run.input == {"message": "two"} and run.status == "queued"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from app.auth import verifier as verifier_module
 from app.auth.jwks import JwksCache
 from app.auth.jwt import AuthError, mint_token
 from app.auth.principal import Principal
@@ -288,3 +289,41 @@ def test_from_settings() -> None:
     assert verifier.modes == ["hs256", "jwks"]
     assert verifier.jwks is not None and verifier.jwks.url == "https://keys.example/jwks.json"
     assert TokenVerifier.from_settings(Settings(_env_file=None)).modes == []  # type: ignore[call-arg]
+
+
+async def test_a_token_that_passed_is_not_decoded_again_until_it_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [time.time()]
+    verifier = TokenVerifier(audience=AUDIENCE, secret=SECRET, clock=lambda: now[0])
+    decoded: list[str] = []
+    real = verifier_module.decode_claims
+
+    def counting(token: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        decoded.append(token)
+        return real(token, *args, **kwargs)
+
+    monkeypatch.setattr(verifier_module, "decode_claims", counting)
+    token = mint_token(SECRET, user_id="alice", tenant_id="acme", ttl_seconds=600)
+    assert await verifier.verify(token) == ACME_ALICE
+    assert await verifier.verify(token) == ACME_ALICE
+    assert len(decoded) == 1
+    other = mint_token(SECRET, user_id="bob", tenant_id="acme", ttl_seconds=600)
+    assert (await verifier.verify(other)).user_id == "bob"  # by the exact token only
+    assert len(decoded) == 2
+    now[0] += 601  # past its exp by the verifier's clock: checked again, not taken from memory
+    assert await verifier.verify(token) == ACME_ALICE
+    assert len(decoded) == 3
+
+
+async def test_a_remembered_token_is_refused_once_its_key_leaves_the_jwks(
+    server: JwksServer, keys: dict[str, TestKey]
+) -> None:
+    verifier = verifier_for(server, cache_seconds=0, min_refetch_seconds=0)
+    es, rs = keys["ES256"], keys["RS256"]
+    token = es.sign(supabase_claims(server.issuer))
+    assert await verifier.verify(token) == ACME_ALICE
+    assert await verifier.verify(token) == ACME_ALICE
+    server.publish(rs)  # the key rotated out (the JWKS is refetched on every use here)
+    with pytest.raises(AuthError, match="unknown key"):
+        await verifier.verify(token)
