@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.auth.principal import Principal
 from app.db.engine import Database
+from app.db.urls import asyncpg_dsn
 from app.queue.lease import LeasedRun
 from app.queue.manager import RunQueue
 from tests.integration.test_fair_claim import backlog, finish
@@ -139,3 +141,38 @@ async def test_only_the_worker_role_reads_the_lanes(database: Database, alice: P
     with pytest.raises(DBAPIError, match="permission denied"):
         async with database.tenant(alice) as s:
             await s.execute(text("SELECT * FROM queue_lanes"))
+
+
+async def test_workers_are_woken_only_when_a_lane_is_left_claimable(
+    database: Database, db_url: str, alice: Principal
+) -> None:
+    """`agent_runtime_runs` (migration 0024) is sent, with the lane's head, when a run becomes
+    claimable: a post into an idle lane, the end of a run whose lane has a next run. Not for a
+    post behind a busy lane, nor for the end of a run whose lane is then empty."""
+    queue = RunQueue(database)
+    heard: list[str] = []
+    conn = await asyncpg.connect(asyncpg_dsn(database.url))
+    await conn.add_listener("agent_runtime_runs", lambda *args: heard.append(args[-1]))
+
+    async def notified() -> list[str]:
+        await asyncio.sleep(0.2)
+        got = heard[:]
+        heard.clear()
+        return got
+
+    try:
+        first = await queue.enqueue_run(alice, message="a", session_key="k")
+        assert await notified() == [str(first.run_id)]  # an idle lane: claimable
+        claimed = await queue.claim_next("w", 30)
+        assert claimed is not None and claimed.id == first.run_id
+        assert await notified() == []  # the lane is busy now
+        second = await queue.enqueue_run(alice, message="b", session_key="k")
+        assert await notified() == []  # behind a busy lane: nothing to claim
+        await finish(database, first.run_id)
+        assert await notified() == [str(second.run_id)]  # the lane's next run is claimable
+        again = await queue.claim_next("w", 30)
+        assert again is not None and again.id == second.run_id
+        await finish(database, second.run_id)
+        assert await notified() == []  # nothing left in the lane
+    finally:
+        await conn.close()
