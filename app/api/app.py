@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -102,6 +103,11 @@ def create_app(settings: Settings, *, database: Database | None = None) -> FastA
             ),
             hub=hub,
         )
+        if owned:
+            # The startup heap (modules, routes, settings: ~230k objects) never becomes garbage;
+            # frozen, the collector's full passes skip it instead of stalling every stream of the
+            # process for hundreds of ms (BENCHMARKS.md#streams). Not for a test's shared process.
+            gc.freeze()
         try:
             async with mcp.run():  # the MCP transport serves `/mcp` while the runtime exists
                 yield

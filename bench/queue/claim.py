@@ -356,7 +356,12 @@ async def _throughput_raw(
 
     async def consumer(n: int) -> None:
         worker = f"bench-{n}"
-        values = {"worker_id": worker, "lease_seconds": 60.0, "limit": args.batch}
+        values = {
+            "worker_id": worker,
+            "lease_seconds": 60.0,
+            "limit": args.batch,
+            "max_attempts": 5,
+        }
         idle = 0
         while finished < total and idle < 200:
             rows = [
@@ -478,7 +483,7 @@ async def _explain(db: Database, sql: str, params: dict[str, Any], repeat: int) 
 
 async def _variants(db: Database, old: dict[str, str], repeat: int) -> dict[str, float]:
     """EXPLAIN ANALYZE medians of the new claim and of the old pair (fair, then fifo)."""
-    params = {"worker_id": "x", "lease_seconds": 30, "limit": 1}
+    params = {"worker_id": "x", "lease_seconds": 30, "limit": 1, "max_attempts": 5}
     out = {"new": await _explain(db, query("claim_runs").text, params, repeat)}
     if old:
         out["old"] = await _explain(db, old["claim_next"], params, repeat) + await _explain(
