@@ -436,7 +436,7 @@ class TenantUsageDaily(Base):
     tenant_id: Mapped[str] = mapped_column(Text, primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default="0")
-    """One of 16 rows per tenant and day (migration 0022): a writer adds to a random one."""
+    """One of 16 rows per tenant and day (migration 0024): a writer adds to a random one."""
     input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     runs: Mapped[int] = mapped_column(Integer, server_default="0")
@@ -452,7 +452,7 @@ class TenantClaim(Base):
 
 class QueueLane(Base):
     """A session with queued or active runs: its first queued run and whether a run holds it
-    (kept by the trigger `agent_runtime_lane_sync`, read by the claim; migration 0018)."""
+    (kept by the trigger `agent_runtime_lane_sync`, read by the claim; migration 0023)."""
 
     __tablename__ = "queue_lanes"
     session_id: Mapped[uuid.UUID] = mapped_column(

@@ -1,6 +1,6 @@
 """Hybrid memory search: HNSW vector candidates + full-text candidates, fused and explained.
 
-The candidates come from one call of `agent_runtime_memory_candidates` (migration 0017), a
+The candidates come from one call of `agent_runtime_memory_candidates` (migration 0022), a
 `SECURITY DEFINER` function that reads the tenant from the request's claims itself, inside
 `Database.tenant(principal)`:
 

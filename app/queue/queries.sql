@@ -5,7 +5,7 @@
 -- name: claim_runs
 -- Take up to :limit claimable runs, at most one per session (its lane's head: queued, first in
 -- the lane, lane not busy, past its debounce window `not_before`), fairly across tenants.
--- The lane rule lives in one place, the lane-head table queue_lanes (migration 0018, kept by a
+-- The lane rule lives in one place, the lane-head table queue_lanes (migration 0023, kept by a
 -- trigger): the claim reads the claimable lanes through partial indexes, never the backlog, so
 -- its cost does not grow with queued runs behind busy lanes nor with a session's finished runs.
 -- Fair: round-robin by tenant. `tenants` lists the tenants with a claimable lane (a skip scan of
@@ -80,7 +80,7 @@ claimed AS (
 ),
 -- Each claimed run's run.started (first attempt) or run.resumed event, stored by the claim
 -- itself so it reaches streams the moment the run is claimed, in no transaction of its own
--- (migration 0023). Not for a run the worker will only cancel or give up on (cancel requested,
+-- (migration 0025). Not for a run the worker will only cancel or give up on (cancel requested,
 -- or a lease that expired :max_attempts times): the worker ends those.
 started_events AS (
   INSERT INTO run_events (tenant_id, run_id, seq, type, data)

@@ -1,4 +1,4 @@
-"""The A side of the benchmark: hybrid search as it ran before migration 0017 (commit 9acb540).
+"""The A side of the benchmark: hybrid search as it ran before migration 0022 (commit 9acb540).
 
 One statement under RLS (`Database.tenant`): the HNSW vector side and the full-text side, which
 RLS kept off the GIN index (`@@` is not leakproof), fused like today; then the same ranking,
@@ -47,7 +47,7 @@ FROM vec_ranked v FULL JOIN txt_ranked t ON t.id = v.id"""
 
 
 async def configure_hnsw(session: AsyncSession, ef_search: int) -> None:
-    """Per-transaction pgvector settings, as the app set them before 0017."""
+    """Per-transaction pgvector settings, as the app set them before 0022."""
     await session.execute(
         text(
             "SELECT set_config('hnsw.ef_search', :ef, true), "

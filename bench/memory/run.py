@@ -7,9 +7,9 @@ fresh database: one big tenant (`--big`, 100k entries) and `--small-tenants` (99
 for the big tenant and for a small tenant (query i goes to small tenant 1 + i mod N):
 
 * new: the whole `search_memories` with the app's defaults (query embedding, the candidate
-  function `agent_runtime_memory_candidates` of migration 0017, RRF, weights, MMR, access-count
+  function `agent_runtime_memory_candidates` of migration 0022, RRF, weights, MMR, access-count
   update, record fetch), limit 10;
-* old: the same search as it ran before 0017 (`old_path.py`: one statement under RLS, which kept
+* old: the same search as it ran before 0022 (`old_path.py`: one statement under RLS, which kept
   the full-text side off the GIN index), in the same run on the same data, order alternating;
 * recall@10 of the vector top 10 each path fuses (the entries it ranks 1-10 on its vector side)
   against the exact top 10 of the tenant (sequential scan): |hits| / 10, an entry tied with the

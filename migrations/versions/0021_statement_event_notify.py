@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0021"
-down_revision = "0018"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """The memory search function bypasses RLS (SECURITY DEFINER): prove it leaks nothing.
 
-`agent_runtime_memory_candidates` (migration 0017) reads the tenant from the request's claims and
+`agent_runtime_memory_candidates` (migration 0022) reads the tenant from the request's claims and
 applies the one visibility rule of agent_memory_entries (tenant_isolation) itself. Here: its rows
 are exactly what RLS shows the same transaction, whatever the arguments; without a tenant it
 refuses; only the app role may call it; and it is defined as intended (owner, search_path, ACL).

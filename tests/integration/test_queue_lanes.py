@@ -1,4 +1,4 @@
-"""The lane-head table (queue_lanes, migration 0018) the claim reads: kept equal to what the runs
+"""The lane-head table (queue_lanes, migration 0023) the claim reads: kept equal to what the runs
 say by its trigger whoever changes a run, batched claims (one run per lane, fair across
 tenants), and who may see it."""
 
@@ -146,7 +146,7 @@ async def test_only_the_worker_role_reads_the_lanes(database: Database, alice: P
 async def test_workers_are_woken_only_when_a_lane_is_left_claimable(
     database: Database, db_url: str, alice: Principal
 ) -> None:
-    """`agent_runtime_runs` (migration 0024) is sent, with the lane's head, when a run becomes
+    """`agent_runtime_runs` (migration 0023) is sent, with the lane's head, when a run becomes
     claimable: a post into an idle lane, the end of a run whose lane has a next run. Not for a
     post behind a busy lane, nor for the end of a run whose lane is then empty."""
     queue = RunQueue(database)

@@ -361,7 +361,7 @@ async def test_members_count_against_the_tenants_limits_not_only_their_own(
 async def test_a_tenants_day_is_spread_over_shard_rows_and_summed(
     database: Database,
 ) -> None:
-    """Usage goes to one of 16 rows per tenant and day (migration 0022), so a busy tenant's
+    """Usage goes to one of 16 rows per tenant and day (migration 0024), so a busy tenant's
     writers do not all queue on one row lock; the day's total is the sum of its rows."""
     acme = Principal(user_id="alice", tenant_id="acme", role="owner")
     for _ in range(40):

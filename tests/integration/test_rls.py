@@ -286,7 +286,7 @@ async def test_the_worker_role_cannot_read_tenant_tables(
     with pytest.raises(ProgrammingError, match="permission denied"):
         async with database.queue() as s:
             await s.execute(text(f"DELETE FROM {table}"))  # noqa: S608
-    # run_events: the claim's run.started / run.resumed only (migration 0023), so any other
+    # run_events: the claim's run.started / run.resumed only (migration 0025), so any other
     # event is refused by the policy rather than by the grant
     refused = "row-level security" if table == "run_events" else "permission denied"
     with pytest.raises(ProgrammingError, match=refused):
@@ -297,7 +297,7 @@ async def test_the_worker_role_cannot_read_tenant_tables(
 async def test_the_worker_role_stores_only_a_start_event_and_only_under_the_runs_own_tenant(
     database: Database, parents: dict[str, dict[str, Any]]
 ) -> None:
-    """What the claim needs (migration 0023), and nothing a compromised worker could use to
+    """What the claim needs (migration 0025), and nothing a compromised worker could use to
     put an event into another tenant's run."""
     started = (
         "INSERT INTO run_events (tenant_id, run_id, seq, type, data) "

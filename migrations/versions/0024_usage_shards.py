@@ -1,7 +1,7 @@
 """A tenant's daily usage in 16 shard rows (no single hot row per tenant and day).
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0024
+Revises: 0023
 Create Date: 2026-11-24
 """
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0022"
-down_revision = "0021"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

@@ -90,7 +90,7 @@ END
 $fn$;
 
 COMMENT ON FUNCTION public.agent_runtime_memory_candidates IS
-  'Hybrid memory search candidates of the claims'' tenant (SECURITY DEFINER, see 0017).';
+  'Hybrid memory search candidates of the claims'' tenant (SECURITY DEFINER, see 0022).';
 
 -- pgvector may live outside public (e.g. Supabase's `extensions`): its type and <=> must resolve.
 DO $path$

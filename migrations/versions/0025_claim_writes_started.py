@@ -1,7 +1,7 @@
-"""Memory search: agent_runtime_memory_candidates, a SECURITY DEFINER candidate function.
+"""The claim stores the run.started / run.resumed event (the worker role may insert only those).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-11-24
 """
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0025"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
@@ -23,4 +23,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION IF EXISTS public.agent_runtime_memory_candidates")
+    op.execute("DROP POLICY IF EXISTS run_events_claim_started ON run_events")
+    op.execute("REVOKE INSERT ON run_events FROM agent_runtime_worker")

@@ -11,6 +11,14 @@
 -- * agent_run_queue_queued_session: a session's first queued run in one index probe, however
 --   many runs the session has finished (agent_run_queue_session_seq holds them all).
 
+-- * Waking the workers: the lane sync NOTIFYs `agent_runtime_runs` (payload: the lane's head)
+--   when it leaves a lane not busy with a head, that is when a run became claimable. The
+--   notify triggers of 0001/0006 (every insert, every status change out of running) go: they
+--   woke every worker for an empty claim at each run's end and at each post behind a busy lane.
+
+DROP TRIGGER IF EXISTS agent_run_queue_notify_insert ON agent_run_queue;
+DROP TRIGGER IF EXISTS agent_run_queue_notify_status ON agent_run_queue;
+
 CREATE INDEX agent_run_queue_queued_session ON agent_run_queue (session_id, queue_seq)
   WHERE status = 'queued';
 
@@ -82,6 +90,11 @@ BEGIN
           busy = is_busy
       WHERE session_id = sid
         AND (head_id, ready_at, busy) IS DISTINCT FROM (head.id, head.not_before, is_busy);
+    IF NOT is_busy THEN
+      -- the lane has a head a worker may claim (now, or when its collect window ends: the
+      -- claim tells the worker when); sent at commit, identical payloads once
+      PERFORM pg_notify('agent_runtime_runs', head.id::text);
+    END IF;
   END IF;
   RETURN NULL;
 END

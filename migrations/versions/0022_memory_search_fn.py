@@ -1,7 +1,7 @@
-"""The claim stores the run.started / run.resumed event (the worker role may insert only those).
+"""Memory search: agent_runtime_memory_candidates, a SECURITY DEFINER candidate function.
 
-Revision ID: 0023
-Revises: 0022
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-11-24
 """
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0023"
-down_revision = "0022"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
@@ -23,5 +23,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP POLICY IF EXISTS run_events_claim_started ON run_events")
-    op.execute("REVOKE INSERT ON run_events FROM agent_runtime_worker")
+    op.execute("DROP FUNCTION IF EXISTS public.agent_runtime_memory_candidates")
