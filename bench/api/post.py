@@ -24,21 +24,20 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import psycopg
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import connect, free_port, pct  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench" / "queue"))
 
@@ -48,30 +47,6 @@ from app.auth.jwt import mint_token  # noqa: E402
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _admin(url: str) -> psycopg.Connection[Any]:
-    u = make_url(url)
-    return psycopg.connect(
-        dbname=u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
-        port=u.port,
-        autocommit=True,
-    )
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 @dataclass
@@ -108,11 +83,11 @@ def _env(target: Target, url: str, data_dir: Path) -> dict[str, str]:
 def _start(target: Target, server_url: str, data_dir: Path, profile: Path | None) -> None:
     """Create and migrate the target's database with its own code, then start its API."""
     db = f"bench_post_{target.name}"
-    with _admin(server_url) as conn:
+    with connect(server_url) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {db}")
     url = make_url(server_url).set(database=db).render_as_string(hide_password=False)
-    target.port = _free_port()
+    target.port = free_port()
     env = _env(target, url, data_dir)
     migrate = "import sys; from app.db.migrate import upgrade_to_head; upgrade_to_head(sys.argv[1])"
     subprocess.run([sys.executable, "-c", migrate, url], env=env, cwd=target.code, check=True)
@@ -174,7 +149,7 @@ def _logged(
     """`args.statements` posts to an existing session with every statement logged."""
     key = f"bench-{target.name}-logged"
     client.post(f"{target.base}/api/agent-runtime", json={"message": "hi", "sessionKey": key})
-    with _admin(server_url) as admin, statement_log.capture(admin, log) as lines:
+    with connect(server_url) as admin, statement_log.capture(admin, log) as lines:
         for i in range(args.statements):
             r = client.post(
                 f"{target.base}/api/agent-runtime", json={"message": f"log {i}", "sessionKey": key}
@@ -212,7 +187,7 @@ def _row(label: str, t: Target) -> str:
     ms = [v * 1000 for v in t.samples]
     cpu = t.cpu / len(ms) * 1000
     return (
-        f"| {label} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} | {_pct(ms, 99):.2f} | {cpu:.2f} "
+        f"| {label} | {pct(ms, 50):.2f} | {pct(ms, 95):.2f} | {pct(ms, 99):.2f} | {cpu:.2f} "
         f"| {len(ms)} |"
     )
 

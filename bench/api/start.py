@@ -36,10 +36,11 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from post import ROOT, SECRET, Target, _admin, _env, _pct, _start, _stop, _wait_ready, _worktree
+from post import ROOT, SECRET, Target, _env, _start, _stop, _wait_ready, _worktree
 
 from app.auth.jwt import mint_token
 from app.db.embedded import EmbeddedPostgres
+from bench.common import connect, pct  # noqa: E402
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _post_one(
 
 def _row(label: str, values: list[float]) -> str:
     ms = [v * 1000 for v in values]
-    return f"| {label} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} | {_pct(ms, 99):.2f} | {len(ms)} |"
+    return f"| {label} | {pct(ms, 50):.2f} | {pct(ms, 95):.2f} | {pct(ms, 99):.2f} | {len(ms)} |"
 
 
 def main() -> None:
@@ -129,7 +130,7 @@ def main() -> None:
             _start_worker(side, data_dir)
         for side in sides:
             _wait_ready(side.api)
-            conns.append(_admin(side.url))
+            conns.append(connect(side.url))
         time.sleep(1.0)  # the workers' LISTEN connections
         headers = {"Authorization": f"Bearer {mint_token(SECRET, user_id='bench')}"}
         with httpx.Client(headers=headers, timeout=30) as client:

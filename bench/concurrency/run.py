@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,35 +50,11 @@ sys.path.insert(0, str(ROOT))
 
 from app.auth.jwt import mint_token  # noqa: E402
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
+from bench.common import connect, free_port, pct  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 STAMP = re.compile(rb"\[t=(\d+\.\d+)\]")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _connect(url: str) -> psycopg.Connection[Any]:
-    u = make_url(url)
-    return psycopg.connect(
-        dbname=u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
-        port=u.port,
-        autocommit=True,
-    )
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -231,7 +206,7 @@ async def _post_and_open(
 def _commits(url: str) -> int:
     """Transactions committed in the bench's database so far (pg_stat_database; the stats are
     flushed lazily, so this is close, not exact)."""
-    with _connect(url) as conn:
+    with connect(url) as conn:
         row = conn.execute(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
@@ -241,7 +216,7 @@ def _commits(url: str) -> int:
 
 def _wait_finished(url: str, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    with _connect(url) as conn:
+    with connect(url) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT count(*) FROM agent_run_queue "
@@ -296,11 +271,11 @@ def _stored(conn: psycopg.Connection[Any]) -> tuple[list[float], int, float, dic
 
 def _one(args: argparse.Namespace, server_url: str, data_dir: Path, src: Path, n: int) -> Result:
     db = f"bench_conc_{n}"
-    with _connect(server_url) as conn:
+    with connect(server_url) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {db}")
     url = make_url(server_url).set(database=db).render_as_string(hide_password=False)
-    port, model_port = _free_port(), _free_port()
+    port, model_port = free_port(), free_port()
     log = data_dir / f"bench-{n}.log"
     env = {
         **os.environ,
@@ -344,7 +319,7 @@ def _one(args: argparse.Namespace, server_url: str, data_dir: Path, src: Path, n
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.pid, signal.SIGCONT)
-        with _connect(url) as conn:
+        with connect(url) as conn:
             stored, peak, fill, statuses = _stored(conn)
     finally:
         for p in procs:
@@ -374,7 +349,7 @@ def _one(args: argparse.Namespace, server_url: str, data_dir: Path, src: Path, n
 
 
 def _ms(values: list[float]) -> str:
-    return " / ".join(f"{_pct(values, p) * 1000:.0f}" for p in (50, 95, 99))
+    return " / ".join(f"{pct(values, p) * 1000:.0f}" for p in (50, 95, 99))
 
 
 def _header(label: str) -> None:
@@ -455,7 +430,7 @@ def main() -> None:
     server_url = os.environ.get("DATABASE_URL") or pg.start()
     finished = False
     try:
-        with _connect(server_url) as conn:
+        with connect(server_url) as conn:
             conn.execute("ALTER SYSTEM SET max_connections = 300")
         pg.stop()
         server_url = os.environ.get("DATABASE_URL") or pg.start()

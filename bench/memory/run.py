@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -57,6 +56,7 @@ from app.memory.search import (  # noqa: E402
     search_memories,
     vector_literal,
 )
+from bench.common import connect, pct  # noqa: E402
 from bench.memory.old_path import old_candidates, old_search  # noqa: E402
 
 DIM = 256
@@ -135,18 +135,6 @@ def _embed_row(args: tuple[int, str]) -> tuple[int, str, str]:
     return i, content, "[" + ",".join(f"{v:.6g}" for v in vector) + "]"
 
 
-def _connect(url: str) -> psycopg.Connection[Any]:
-    u = make_url(url)
-    return psycopg.connect(
-        dbname=u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=u.host or str(u.query.get("host")),
-        port=u.port,
-        autocommit=True,
-    )
-
-
 def tenant_of(i: int, big: int, small_size: int) -> str:
     """Entry i's tenant: bench-0 holds the first `big`, then `small_size` each."""
     return "bench-0" if i < big else f"bench-{1 + (i - big) // small_size}"
@@ -158,7 +146,7 @@ def load(url: str, corpus: Corpus, big: int, small: int, small_size: int) -> tup
     t0 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(2) as pool:
         rows = pool.imap(_embed_row, ((i, corpus.entry(i)) for i in range(total)), 500)
-        with _connect(url) as conn:
+        with connect(url) as conn:
             conn.execute("DROP INDEX IF EXISTS agent_memory_entries_hnsw_256")
             with (
                 conn.cursor() as cur,
@@ -183,7 +171,7 @@ def load(url: str, corpus: Corpus, big: int, small: int, small_size: int) -> tup
                     )
     loaded = time.perf_counter() - t0
     t1 = time.perf_counter()
-    with _connect(url) as conn:
+    with connect(url) as conn:
         conn.execute("SET maintenance_work_mem = '1GB'")
         conn.execute("SET max_parallel_maintenance_workers = 1")
         conn.execute(HNSW)
@@ -193,11 +181,6 @@ def load(url: str, corpus: Corpus, big: int, small: int, small_size: int) -> tup
 
 def _ts(i: int) -> str:
     return f"2025-{1 + i % 12:02d}-{1 + i % 28:02d} 12:00:00+00"
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))]
 
 
 async def _exact(db: Database, tenant: str, qvec: str) -> list[float]:
@@ -293,7 +276,7 @@ async def measure(url: str, corpus: Corpus, queries: int, small: int) -> dict[st
 
 
 def _p(values: list[float]) -> str:
-    return f"{_pct(values, 50):.1f} / {_pct(values, 95):.1f}"
+    return f"{pct(values, 50):.1f} / {pct(values, 95):.1f}"
 
 
 def main() -> None:
@@ -313,7 +296,7 @@ def main() -> None:
         pg = EmbeddedPostgres(data_dir)
         server_url = pg.start()
     try:
-        with _connect(server_url) as conn:
+        with connect(server_url) as conn:
             conn.execute("DROP DATABASE IF EXISTS bench_memory WITH (FORCE)")
             conn.execute("CREATE DATABASE bench_memory")
         url = (
@@ -343,7 +326,7 @@ def main() -> None:
         old, new = m[f"{kind}_old_ms"], m[f"{kind}_new_ms"]
         print(
             f"| {kind} | {size:,} | {_p(old)} | {_p(new)} "
-            f"| {_pct(old, 50) / _pct(new, 50):.1f}× | {_p(m[f'{kind}_fn_ms'])} "
+            f"| {pct(old, 50) / pct(new, 50):.1f}× | {_p(m[f'{kind}_fn_ms'])} "
             f"| {statistics.mean(m[f'{kind}_old_recall']):.3f} "
             f"| {statistics.mean(m[f'{kind}_new_recall']):.3f} "
             f"| {statistics.mean(m[f'{kind}_same']):.2f} |"

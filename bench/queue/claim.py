@@ -61,6 +61,7 @@ from app.db.engine import Database  # noqa: E402
 from app.db.migrate import upgrade_to_head  # noqa: E402
 from app.queue.manager import ClaimedRun, RunQueue  # noqa: E402
 from app.queue.sql import query  # noqa: E402
+from bench.common import connect  # noqa: E402
 
 BACKLOG = text(
     """
@@ -141,26 +142,8 @@ PGQ_SCRIPT = textwrap.dedent(
 )
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
-def _admin(server_url: str) -> psycopg.Connection[Any]:
-    u = make_url(server_url)
-    return psycopg.connect(
-        dbname=u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
-        port=u.port,
-        autocommit=True,
-    )
-
-
 def _fresh_database(server_url: str, name: str, *, migrate: bool = True) -> str:
-    with _admin(server_url) as conn:
+    with connect(server_url) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from sqlalchemy import TextClause, text
 from sqlalchemy.engine import make_url
 
@@ -43,6 +42,7 @@ from app.db.engine import Database  # noqa: E402
 from app.db.migrate import upgrade_to_head  # noqa: E402
 from app.queue.manager import RunQueue  # noqa: E402
 from app.queue.sql import query  # noqa: E402
+from bench.common import connect, pct  # noqa: E402
 
 A, B = "tenant-a", "tenant-b"
 OLD_REVISION = "9acb540"
@@ -63,7 +63,7 @@ def _old_fifo() -> TextClause:
 
 
 VARIANTS = {"old (oldest first)": _old_fifo(), "fair (round-robin by tenant)": query("claim_runs")}
-PARAMS = {"lease_seconds": 60, "limit": 1}
+PARAMS = {"lease_seconds": 60, "limit": 1, "max_attempts": 5}
 
 BACKLOG = text(
     """
@@ -93,22 +93,9 @@ FINISH = text(
 )
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
 def _fresh_database(server_url: str, name: str) -> str:
     u = make_url(server_url)
-    with psycopg.connect(
-        dbname=u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=u.host or u.query.get("host"),  # type: ignore[arg-type]
-        port=u.port,
-        autocommit=True,
-    ) as conn:
+    with connect(server_url) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     url = u.set(database=name).render_as_string(hide_password=False)
@@ -259,7 +246,7 @@ async def _main(server_url: str, args: argparse.Namespace) -> None:
     for label, r in results.items():
         lat = r["latencies"]
         print(
-            f"| {label} | {_pct(lat, 50):.1f} | {_pct(lat, 95):.1f} | {max(lat):.1f} | "
+            f"| {label} | {pct(lat, 50):.1f} | {pct(lat, 95):.1f} | {max(lat):.1f} | "
             f"{r['a_started']} |"
         )
     url = _fresh_database(server_url, "bench_noisy_explain")

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,14 +46,9 @@ import statement_log  # noqa: E402
 
 from app.auth.jwt import mint_token  # noqa: E402
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
+from bench.common import connect, free_port, pct  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _host(url: str) -> str | None:
@@ -65,16 +59,7 @@ def _host(url: str) -> str | None:
 
 
 def _connect(url: str, dbname: str | None = None) -> psycopg.Connection[Any]:
-    u = make_url(url)
-    return psycopg.connect(
-        dbname=dbname or u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=_host(url),
-        port=u.port,
-        autocommit=True,
-        application_name="bench",  # left out of the statement counts
-    )
+    return connect(url, dbname, application_name="bench")  # left out of the statement counts
 
 
 _LIBPQ_QUERY_ENV = {
@@ -101,14 +86,6 @@ def _libpq_env(url: str) -> dict[str, str]:
         if isinstance(value := u.query.get(key), str):
             env[var] = value
     return env
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 async def _enqueue(base: str, runs: int, sessions: int, clients: int) -> list[float]:
@@ -306,7 +283,7 @@ def _measure(
         cwd=code_dir,
         check=True,
     )
-    port = _free_port()
+    port = free_port()
     env["PORT"] = str(port)
     result: dict[str, Any] = {}
     try:
@@ -389,7 +366,7 @@ def _measure(
 
 def _rows(r: dict[str, Any], args: argparse.Namespace, pgbench_tps: float) -> list[tuple[str, str]]:
     def pcts(values: list[float]) -> str:
-        return " / ".join(f"{_pct(values, p):.1f}" for p in (50, 95, 99))
+        return " / ".join(f"{pct(values, p):.1f}" for p in (50, 95, 99))
 
     rows = [
         ("runs/s (enqueue of all → last finished)", f"{r['runs_per_s']:.1f}"),

@@ -30,7 +30,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-import psycopg
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,37 +46,11 @@ sys.path.insert(0, str(ROOT))
 from app.auth.jwt import mint_token  # noqa: E402
 from app.db.embedded import EmbeddedPostgres  # noqa: E402
 from app.db.migrate import upgrade_to_head  # noqa: E402
+from bench.common import connect, free_port, pct  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _connect(url: str, dbname: str | None = None) -> psycopg.Connection[Any]:
-    u = make_url(url)
-    host = u.host or u.query.get("host")
-    return psycopg.connect(
-        dbname=dbname or u.database or "postgres",
-        user=u.username,
-        password=u.password,
-        host=str(host) if host else None,
-        port=u.port,
-        autocommit=True,
-    )
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -170,7 +142,7 @@ def _commit_times(
     else the producer's wall clock once its commit returned (later than the commit by however
     long the producer took to resume)."""
     if ctx["commit_ts"]:
-        with _connect(ctx["url"]) as conn:
+        with connect(ctx["url"]) as conn:
             rows = conn.execute(
                 "SELECT e.run_id::text, e.seq, extract(epoch FROM pg_xact_commit_timestamp(e.xmin))"
                 " FROM run_events e JOIN unnest(%s::uuid[], %s::bigint[]) AS w(run_id, after)"
@@ -187,7 +159,7 @@ def _step(
 ) -> dict[str, Any]:
     """One step of the ramp: `streams` streams, events at `rate`/s per run for `seconds`."""
     runs: list[tuple[str, int]] = ctx["runs"][:streams]
-    with _connect(ctx["url"]) as conn:
+    with connect(ctx["url"]) as conn:
         last = dict(
             conn.execute(
                 "SELECT id::text, last_event_seq FROM agent_run_queue WHERE id = ANY(%s::uuid[])",
@@ -257,27 +229,27 @@ def _step(
         "received": sum(r["events"] for r in results),
         "gaps": sum(r["gaps"] for r in results),
         "delivered_rate": sum(r["events"] for r in results) / float(elapsed),
-        "p50": _pct(delays, 50),
-        "p95": _pct(delays, 95),
-        "p99": _pct(delays, 99),
+        "p50": pct(delays, 50),
+        "p95": pct(delays, 95),
+        "p99": pct(delays, 99),
         "max": max(delays, default=float("nan")),
-        "c50": _pct(after_commit, 50),
-        "c99": _pct(after_commit, 99),
+        "c50": pct(after_commit, 50),
+        "c99": pct(after_commit, 99),
         "api_cpu": (cpu1 - cpu0) / (wall1 - wall0) * 100,
         "machine_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]) * 100,
     }
 
 
 def _bench(args: argparse.Namespace, server_url: str, data_dir: Path) -> list[dict[str, Any]]:
-    with _connect(server_url) as conn:
+    with connect(server_url) as conn:
         conn.execute("DROP DATABASE IF EXISTS bench_streams WITH (FORCE)")
         conn.execute("CREATE DATABASE bench_streams")
     url = make_url(server_url).set(database="bench_streams").render_as_string(hide_password=False)
     upgrade_to_head(url)
-    with _connect(url) as conn:
+    with connect(url) as conn:
         row = conn.execute("SHOW track_commit_timestamp").fetchone()
         commit_ts = row is not None and row[0] == "on"
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -395,7 +367,7 @@ def main() -> None:
         if not server_url:
             pg = EmbeddedPostgres(data_dir)
             server_url = pg.start()
-            with _connect(server_url) as conn:  # commit times: a restart makes it take effect
+            with connect(server_url) as conn:  # commit times: a restart makes it take effect
                 conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
             pg.stop()
             pg = EmbeddedPostgres(data_dir)
